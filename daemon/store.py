@@ -1,0 +1,579 @@
+"""The one module that owns SQL.
+
+Everything durable lives in one SQLite file in `state_dir`: which contents we have seen
+(documents, by sha256), every path where they turned up (sources), the queue (jobs) and the
+per-page results that let a crash at page 40 of 50 resume at page 40 (pages).
+
+Rules that keep it safe under kill -9 and concurrent readers (`docinbox status` runs in
+another process while the daemon writes):
+- WAL journal, `synchronous=FULL` (a finished page or a `done` must survive power loss;
+  the write volume is tiny, one commit per page), a busy timeout so a reader or a
+  backup tool holding a lock makes us wait instead of fail.
+- Every write is one `BEGIN IMMEDIATE` transaction (huey's pattern): the write lock is
+  taken up front, so two writers never deadlock upgrading read locks.
+- Every job state change goes through `daemon.states.check_transition`.
+- Timestamps are wall-clock seconds passed in by the caller (`now`), never read here, so
+  tests drive time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from daemon.states import JobState, check_transition
+
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_MS = 60_000
+
+
+class StoreBusy(Exception):
+    """The database stayed locked by another process longer than the busy timeout."""
+
+
+@dataclass(frozen=True)
+class Job:
+    id: int
+    document_id: int
+    sha256: str
+    source_path: str
+    inbox: str
+    subdir: str
+    state: JobState
+    attempts: int
+    crashes: int
+    error_kind: str | None
+    error: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    not_before: float
+    engine: str | None
+    duplicate_of: int | None
+    page_count: int | None
+    pages_done: int
+    output_dir: str | None
+    size: int
+    # Where the original is now when it is no longer at source_path (archive/ or failed/);
+    # retry and reprocess read it from there.
+    held_path: str | None = None
+
+    @property
+    def read_path(self) -> str:
+        return self.held_path or self.source_path
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Job:
+        return cls(
+            id=row["id"],
+            document_id=row["document_id"],
+            sha256=row["sha256"],
+            source_path=row["source_path"],
+            inbox=row["inbox"],
+            subdir=row["subdir"],
+            state=JobState(row["state"]),
+            attempts=row["attempts"],
+            crashes=row["crashes"],
+            error_kind=row["error_kind"],
+            error=row["error"],
+            created_at=row["created_at"],
+            started_at=row["started_at"],
+            finished_at=row["finished_at"],
+            not_before=row["not_before"],
+            engine=row["engine"],
+            duplicate_of=row["duplicate_of"],
+            page_count=row["page_count"],
+            pages_done=row["pages_done"],
+            output_dir=row["output_dir"],
+            size=row["size"],
+            held_path=row["held_path"],
+        )
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What `record_arrival` decided about one stable file."""
+
+    job: Job
+    duplicate: bool  # same content as a document already queued, running or done
+    original: Job | None  # for duplicates: the job that owns the content
+
+
+# Migrations: index i upgrades user_version i -> i+1. Append only; never edit one that shipped.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE documents (
+        id INTEGER PRIMARY KEY,
+        sha256 TEXT NOT NULL UNIQUE,
+        size INTEGER NOT NULL,
+        first_seen REAL NOT NULL
+    );
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        document_id INTEGER NOT NULL REFERENCES documents(id),
+        source_path TEXT NOT NULL,
+        inbox TEXT NOT NULL,
+        subdir TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        crashes INTEGER NOT NULL DEFAULT 0,
+        error_kind TEXT,
+        error TEXT,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        not_before REAL NOT NULL DEFAULT 0,
+        engine TEXT,
+        duplicate_of INTEGER REFERENCES jobs(id),
+        page_count INTEGER,
+        pages_done INTEGER NOT NULL DEFAULT 0,
+        output_dir TEXT,
+        held_path TEXT,
+        seconds REAL
+    );
+    CREATE INDEX jobs_state ON jobs(state, not_before, id);
+    CREATE INDEX jobs_document ON jobs(document_id);
+    CREATE TABLE sources (
+        path TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        job_id INTEGER REFERENCES jobs(id),
+        first_seen REAL NOT NULL,
+        last_seen REAL NOT NULL
+    );
+    CREATE TABLE pages (
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        page_idx INTEGER NOT NULL,
+        blocks TEXT NOT NULL,
+        info TEXT NOT NULL,
+        engine TEXT NOT NULL,
+        seconds REAL NOT NULL,
+        done_at REAL NOT NULL,
+        PRIMARY KEY (job_id, page_idx)
+    );
+    CREATE TABLE counters (
+        name TEXT PRIMARY KEY,
+        value REAL NOT NULL
+    );
+    CREATE TABLE runtime (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    );
+    """,
+]
+
+
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    if readonly:
+        uri = f"file:{path}?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    else:
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    if not readonly:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
+
+
+class Store:
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        self.readonly = readonly
+        if not readonly:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # The database holds file names: readable by the service user only.
+            fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.chmod(path, 0o600)
+        self.conn = connect(path, readonly=readonly)
+        self.db = sqlite_utils.Database(self.conn)
+        if not readonly:
+            self._migrate()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, write lock taken up front."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StoreBusy(str(exc)) from exc
+            raise
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.conn.execute("COMMIT")
+
+    def _migrate(self) -> None:
+        with self.tx() as c:
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.path} has schema version {version}, newer than this docinbox "
+                    f"({SCHEMA_VERSION}); upgrade docinbox or use another state_dir"
+                )
+            for i in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[i].split(";"):
+                    if statement.strip():
+                        c.execute(statement)
+            c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def schema_version(self) -> int:
+        return int(self.conn.execute("PRAGMA user_version").fetchone()[0])
+
+    _JOB_SELECT = (
+        "SELECT jobs.*, documents.sha256 AS sha256, documents.size AS size FROM jobs "
+        "JOIN documents ON documents.id = jobs.document_id"
+    )
+
+    def _job(self, c: sqlite3.Connection, job_id: int) -> Job | None:
+        row = c.execute(self._JOB_SELECT + " WHERE jobs.id = ?", (job_id,)).fetchone()
+        return Job.from_row(dict(row)) if row else None
+
+    def _set_state(
+        self, c: sqlite3.Connection, job_id: int, new: JobState, **fields: Any
+    ) -> Job:
+        job = self._job(c, job_id)
+        if job is None:
+            raise KeyError(job_id)
+        check_transition(job_id, job.state, new)
+        fields["state"] = new.value
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+        updated = self._job(c, job_id)
+        assert updated is not None
+        return updated
+
+    def _bump(self, c: sqlite3.Connection, name: str, by: float = 1) -> None:
+        c.execute(
+            "INSERT INTO counters(name, value) VALUES(?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = value + excluded.value",
+            (name, by),
+        )
+
+    # -- ingest ---------------------------------------------------------------------
+
+    def known_source(self, path: str, size: int, mtime_ns: int) -> bool:
+        """True when this exact file (path, size, mtime) was already recorded: no re-hash."""
+        row = self.conn.execute(
+            "SELECT 1 FROM sources WHERE path = ? AND size = ? AND mtime_ns = ?",
+            (path, size, mtime_ns),
+        ).fetchone()
+        return row is not None
+
+    def record_arrival(
+        self,
+        *,
+        path: str,
+        inbox: str,
+        subdir: str,
+        size: int,
+        mtime_ns: int,
+        sha256: str,
+        now: float,
+    ) -> IngestResult | None:
+        """Record a stable file and queue it, or mark it a duplicate.
+
+        Returns None when nothing new happened: the same path already maps to this content
+        (e.g. `after_success: keep` and the file was touched without changing).
+        """
+        with self.tx() as c:
+            prev = c.execute("SELECT * FROM sources WHERE path = ?", (path,)).fetchone()
+            if prev is not None and prev["sha256"] == sha256 and prev["job_id"] is not None:
+                c.execute(
+                    "UPDATE sources SET size = ?, mtime_ns = ?, last_seen = ? WHERE path = ?",
+                    (size, mtime_ns, now, path),
+                )
+                return None
+            doc = c.execute("SELECT id FROM documents WHERE sha256 = ?", (sha256,)).fetchone()
+            original: Job | None = None
+            if doc is None:
+                doc_id = int(
+                    c.execute(
+                        "INSERT INTO documents(sha256, size, first_seen) VALUES(?, ?, ?)",
+                        (sha256, size, now),
+                    ).lastrowid
+                    or 0
+                )
+            else:
+                doc_id = int(doc["id"])
+                row = c.execute(
+                    self._JOB_SELECT + " WHERE jobs.document_id = ? AND jobs.state IN (?, ?, ?) "
+                    "ORDER BY jobs.id LIMIT 1",
+                    (doc_id, JobState.QUEUED.value, JobState.RUNNING.value, JobState.DONE.value),
+                ).fetchone()
+                original = Job.from_row(dict(row)) if row else None
+            # A failed original does not make a re-drop a duplicate: the user most likely
+            # fixed something (a password in config) and dropped it again.
+            duplicate = original is not None
+            job_id = int(
+                c.execute(
+                    "INSERT INTO jobs(document_id, source_path, inbox, subdir, state, created_at,"
+                    " duplicate_of, finished_at) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        doc_id,
+                        path,
+                        inbox,
+                        subdir,
+                        (JobState.DUPLICATE if duplicate else JobState.QUEUED).value,
+                        now,
+                        original.id if original else None,
+                        now if duplicate else None,
+                    ),
+                ).lastrowid
+                or 0
+            )
+            c.execute(
+                "INSERT INTO sources(path, size, mtime_ns, sha256, job_id, first_seen, last_seen)"
+                " VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET size=excluded.size,"
+                " mtime_ns=excluded.mtime_ns, sha256=excluded.sha256, job_id=excluded.job_id,"
+                " last_seen=excluded.last_seen",
+                (path, size, mtime_ns, sha256, job_id, now, now),
+            )
+            self._bump(c, "duplicates_total" if duplicate else "documents_queued_total")
+            job = self._job(c, job_id)
+            assert job is not None
+            return IngestResult(job=job, duplicate=duplicate, original=original)
+
+    def forget_source(self, path: str) -> None:
+        """Drop the (path, size, mtime) memo so a file put back at the same path is seen."""
+        with self.tx() as c:
+            c.execute("DELETE FROM sources WHERE path = ?", (path,))
+
+    # -- queue ------------------------------------------------------------------------
+
+    def next_job(self, now: float) -> Job | None:
+        row = self.conn.execute(
+            self._JOB_SELECT + " WHERE jobs.state = ? AND jobs.not_before <= ? "
+            "ORDER BY jobs.not_before > 0, jobs.id LIMIT 1",
+            (JobState.QUEUED.value, now),
+        ).fetchone()
+        return Job.from_row(dict(row)) if row else None
+
+    def start_job(self, job_id: int, now: float, engine: str) -> Job:
+        with self.tx() as c:
+            job = self._set_state(
+                c, job_id, JobState.RUNNING, started_at=now, engine=engine, error=None,
+                error_kind=None,
+            )
+            c.execute("UPDATE jobs SET attempts = attempts + 1 WHERE id = ?", (job_id,))
+            return self._job(c, job_id) or job
+
+    def set_page_count(self, job_id: int, page_count: int) -> None:
+        with self.tx() as c:
+            c.execute("UPDATE jobs SET page_count = ? WHERE id = ?", (page_count, job_id))
+
+    def save_page(
+        self,
+        job_id: int,
+        page_idx: int,
+        blocks: list[dict[str, Any]],
+        info: dict[str, Any],
+        engine: str,
+        seconds: float,
+        now: float,
+    ) -> None:
+        with self.tx() as c:
+            c.execute(
+                "INSERT OR REPLACE INTO pages(job_id, page_idx, blocks, info, engine, seconds,"
+                " done_at) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                (job_id, page_idx, json.dumps(blocks), json.dumps(info), engine, seconds, now),
+            )
+            c.execute(
+                "UPDATE jobs SET pages_done = (SELECT COUNT(*) FROM pages WHERE job_id = ?)"
+                " WHERE id = ?",
+                (job_id, job_id),
+            )
+            self._bump(c, "pages_total")
+            self._bump(c, "page_seconds_total", seconds)
+
+    def pages(self, job_id: int) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT * FROM pages WHERE job_id = ? ORDER BY page_idx", (job_id,)
+        ).fetchall()
+        return [
+            {
+                "page_idx": r["page_idx"],
+                "blocks": json.loads(r["blocks"]),
+                "info": json.loads(r["info"]),
+                "engine": r["engine"],
+                "seconds": r["seconds"],
+            }
+            for r in rows
+        ]
+
+    def done_pages(self, job_id: int) -> set[int]:
+        rows = self.conn.execute("SELECT page_idx FROM pages WHERE job_id = ?", (job_id,))
+        return {int(r[0]) for r in rows}
+
+    def finish_job(self, job_id: int, now: float, output_dir: str, seconds: float) -> Job:
+        with self.tx() as c:
+            job = self._set_state(
+                c, job_id, JobState.DONE, finished_at=now, output_dir=output_dir,
+                seconds=seconds, not_before=0,
+            )
+            self._bump(c, "documents_done_total")
+            return job
+
+    def fail_job(self, job_id: int, now: float, kind: str, error: str) -> Job:
+        with self.tx() as c:
+            job = self._set_state(
+                c, job_id, JobState.FAILED, finished_at=now, error_kind=kind, error=error,
+                not_before=0,
+            )
+            self._bump(c, "documents_failed_total")
+            return job
+
+    def requeue(
+        self,
+        job_id: int,
+        now: float,
+        *,
+        not_before: float = 0.0,
+        crashed: bool = False,
+        error_kind: str | None = None,
+        error: str | None = None,
+    ) -> Job:
+        """Back to the queue: after a worker crash, a daemon stop, or a transient error."""
+        with self.tx() as c:
+            job = self._set_state(
+                c, job_id, JobState.QUEUED, not_before=not_before, error_kind=error_kind,
+                error=error,
+            )
+            if crashed:
+                c.execute("UPDATE jobs SET crashes = crashes + 1 WHERE id = ?", (job_id,))
+                self._bump(c, "worker_crashes_total")
+            return self._job(c, job_id) or job
+
+    def recover_running(self, now: float) -> list[int]:
+        """At start: jobs a killed daemon left `running` go back to the queue.
+
+        Their finished pages stay, so they resume at the first missing page. The attempt
+        was already counted when it started; a daemon kill is not held against the document.
+        """
+        with self.tx() as c:
+            ids = [
+                int(r[0])
+                for r in c.execute(
+                    "SELECT id FROM jobs WHERE state = ?", (JobState.RUNNING.value,)
+                ).fetchall()
+            ]
+            for job_id in ids:
+                self._set_state(c, job_id, JobState.QUEUED, not_before=0)
+            if ids:
+                self._bump(c, "jobs_recovered_total", len(ids))
+            return ids
+
+    def retry(self, job_id: int, now: float) -> Job:
+        """`docinbox retry`: a failed job goes back to the queue with a clean slate."""
+        with self.tx() as c:
+            job = self._set_state(
+                c, job_id, JobState.QUEUED, not_before=0, crashes=0, error=None,
+                error_kind=None, finished_at=None,
+            )
+            return job
+
+    def reprocess(self, job_id: int, now: float) -> Job:
+        """`docinbox reprocess`: a done job runs again from page 0 (e.g. after a fallback)."""
+        with self.tx() as c:
+            job = self._set_state(
+                c, job_id, JobState.QUEUED, not_before=0, crashes=0, error=None,
+                error_kind=None, finished_at=None, pages_done=0,
+            )
+            c.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
+            return job
+
+    def set_held_path(self, job_id: int, held_path: str | None) -> None:
+        with self.tx() as c:
+            c.execute("UPDATE jobs SET held_path = ? WHERE id = ?", (held_path, job_id))
+
+    # -- reading --------------------------------------------------------------------
+
+    def job(self, job_id: int) -> Job | None:
+        return self._job(self.conn, job_id)
+
+    def jobs(
+        self, state: JobState | None = None, limit: int = 1000, newest_first: bool = True
+    ) -> list[Job]:
+        sql = self._JOB_SELECT
+        args: list[Any] = []
+        if state is not None:
+            sql += " WHERE jobs.state = ?"
+            args.append(state.value)
+        sql += " ORDER BY jobs.id " + ("DESC" if newest_first else "ASC") + " LIMIT ?"
+        args.append(limit)
+        return [Job.from_row(dict(r)) for r in self.conn.execute(sql, args).fetchall()]
+
+    def duplicates_of(self, job_id: int) -> list[Job]:
+        rows = self.conn.execute(
+            self._JOB_SELECT + " WHERE jobs.duplicate_of = ? ORDER BY jobs.id", (job_id,)
+        ).fetchall()
+        return [Job.from_row(dict(r)) for r in rows]
+
+    def counts(self) -> dict[str, int]:
+        out = {s.value: 0 for s in JobState}
+        for r in self.conn.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state"):
+            out[r[0]] = int(r[1])
+        return out
+
+    def counters(self) -> dict[str, float]:
+        return {r[0]: float(r[1]) for r in self.conn.execute("SELECT name, value FROM counters")}
+
+    def bump(self, name: str, by: float = 1) -> None:
+        with self.tx() as c:
+            self._bump(c, name, by)
+
+    def oldest_queued_at(self) -> float | None:
+        row = self.conn.execute(
+            "SELECT MIN(created_at) FROM jobs WHERE state = ?", (JobState.QUEUED.value,)
+        ).fetchone()
+        return float(row[0]) if row and row[0] is not None else None
+
+    def page_seconds(self, limit: int = 200) -> list[float]:
+        rows = self.conn.execute(
+            "SELECT seconds FROM pages ORDER BY done_at DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [float(r[0]) for r in rows]
+
+    # -- runtime facts (for `status` from another process) ------------------------------
+
+    def set_runtime(self, values: dict[str, Any]) -> None:
+        with self.tx() as c:
+            for key, value in values.items():
+                c.execute(
+                    "INSERT INTO runtime(key, value) VALUES(?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (key, json.dumps(value)),
+                )
+
+    def runtime(self) -> dict[str, Any]:
+        return {
+            r[0]: json.loads(r[1])
+            for r in self.conn.execute("SELECT key, value FROM runtime").fetchall()
+        }
+
+
+def wall_clock() -> float:
+    return time.time()

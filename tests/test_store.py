@@ -1,0 +1,184 @@
+"""The store: schema, dedup decisions, the job state machine, crash recovery, locking."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.states import TRANSITIONS, IllegalTransition, JobState, check_transition
+from daemon.store import SCHEMA_VERSION, Store
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Store:
+    s = Store(tmp_path / "state" / "db.sqlite3")
+    yield s
+    s.close()
+
+
+def arrive(store: Store, path: str, sha: str, now: float = 100.0, size: int = 10):
+    return store.record_arrival(
+        path=path, inbox="/in", subdir="", size=size, mtime_ns=int(now * 1e9), sha256=sha, now=now
+    )
+
+
+def test_schema_and_pragmas(store: Store, tmp_path: Path) -> None:
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    # FULL = 2: a finished page must survive power loss.
+    assert store.conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+    assert (tmp_path / "state" / "db.sqlite3").stat().st_mode & 0o777 == 0o600
+
+
+def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    s = Store(path)
+    arrive(s, "/in/a.pdf", "a" * 64)
+    s.close()
+    s = Store(path)
+    assert s.counts()["queued"] == 1
+    s.conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    s.close()
+    with pytest.raises(RuntimeError, match="newer than this docinbox"):
+        Store(path)
+
+
+def test_transition_table_is_complete_and_enforced() -> None:
+    assert set(TRANSITIONS) == set(JobState)
+    check_transition(1, JobState.QUEUED, JobState.RUNNING)
+    with pytest.raises(IllegalTransition):
+        check_transition(1, JobState.DONE, JobState.RUNNING)
+    with pytest.raises(IllegalTransition):
+        check_transition(1, JobState.DUPLICATE, JobState.QUEUED)
+
+
+def test_new_content_is_queued_and_same_content_is_a_duplicate(store: Store) -> None:
+    first = arrive(store, "/in/a.pdf", "a" * 64)
+    assert first is not None and not first.duplicate
+    assert first.job.state == JobState.QUEUED
+    second = arrive(store, "/in/copy of a.pdf", "a" * 64, now=101)
+    assert second is not None and second.duplicate
+    assert second.job.state == JobState.DUPLICATE
+    assert second.original is not None and second.original.id == first.job.id
+    assert store.counts() == {"queued": 1, "running": 0, "done": 0, "failed": 0, "duplicate": 1}
+    assert [j.id for j in store.duplicates_of(first.job.id)] == [second.job.id]
+
+
+def test_known_source_skips_rehash_and_same_path_same_content_is_silent(store: Store) -> None:
+    arrive(store, "/in/a.pdf", "a" * 64, now=100)
+    assert store.known_source("/in/a.pdf", 10, int(100 * 1e9))
+    assert not store.known_source("/in/a.pdf", 11, int(100 * 1e9))
+    # touched, same content, same path: no new job
+    assert arrive(store, "/in/a.pdf", "a" * 64, now=200) is None
+    # forgotten (archived away) and dropped again: now it is a duplicate of the original
+    store.forget_source("/in/a.pdf")
+    again = arrive(store, "/in/a.pdf", "a" * 64, now=300)
+    assert again is not None and again.duplicate
+
+
+def test_redrop_after_failure_is_queued_not_duplicate(store: Store) -> None:
+    first = arrive(store, "/in/a.pdf", "a" * 64)
+    assert first is not None
+    store.start_job(first.job.id, 101, "lite")
+    store.fail_job(first.job.id, 102, "encrypted", "no matching password in config")
+    store.forget_source("/in/a.pdf")
+    again = arrive(store, "/in/a.pdf", "a" * 64, now=200)
+    assert again is not None and not again.duplicate and again.job.state == JobState.QUEUED
+
+
+def test_job_lifecycle_pages_and_resume(store: Store) -> None:
+    res = arrive(store, "/in/a.pdf", "a" * 64)
+    assert res is not None
+    jid = res.job.id
+    assert store.next_job(100).id == jid
+    job = store.start_job(jid, 101, "lite")
+    assert job.state == JobState.RUNNING and job.attempts == 1 and job.engine == "lite"
+    store.set_page_count(jid, 3)
+    store.save_page(jid, 0, [{"type": "text"}], {"k": 1}, "lite", 1.5, 102)
+    store.save_page(jid, 1, [], {}, "lite", 2.5, 103)
+    assert store.done_pages(jid) == {0, 1}
+    assert store.job(jid).pages_done == 2
+    # the daemon is killed: on start the job goes back to the queue with its pages
+    assert store.recover_running(200) == [jid]
+    job = store.job(jid)
+    assert job.state == JobState.QUEUED and job.crashes == 0
+    assert store.done_pages(jid) == {0, 1}
+    store.start_job(jid, 201, "lite")
+    store.save_page(jid, 2, [], {}, "lite", 1.0, 202)
+    done = store.finish_job(jid, 203, "/out/a", 5.0)
+    assert done.state == JobState.DONE and done.output_dir == "/out/a"
+    assert [p["page_idx"] for p in store.pages(jid)] == [0, 1, 2]
+    with pytest.raises(IllegalTransition):
+        store.start_job(jid, 204, "lite")
+    # reprocess clears pages and starts over
+    store.reprocess(jid, 300)
+    assert store.done_pages(jid) == set() and store.job(jid).state == JobState.QUEUED
+    c = store.counters()
+    assert c["pages_total"] == 3 and c["documents_done_total"] == 1
+
+
+def test_crash_requeue_counts_and_backoff_respected(store: Store) -> None:
+    res = arrive(store, "/in/a.pdf", "a" * 64)
+    jid = res.job.id
+    store.start_job(jid, 101, "lite")
+    job = store.requeue(jid, 102, crashed=True, error_kind="crashed", error="segfault")
+    assert job.crashes == 1 and job.error == "segfault"
+    store.start_job(jid, 103, "lite")
+    store.requeue(jid, 104, not_before=500.0)
+    assert store.next_job(499.0) is None
+    assert store.next_job(500.0).id == jid
+
+
+def test_retry_resets_crashes(store: Store) -> None:
+    res = arrive(store, "/in/a.pdf", "a" * 64)
+    jid = res.job.id
+    store.start_job(jid, 101, "lite")
+    store.requeue(jid, 102, crashed=True)
+    store.fail_job(jid, 103, "crashed", "boom")
+    job = store.retry(jid, 104)
+    assert job.state == JobState.QUEUED and job.crashes == 0 and job.error is None
+
+
+def test_fifo_order(store: Store) -> None:
+    ids = [arrive(store, f"/in/{i}.pdf", str(i) * 64).job.id for i in range(3)]
+    assert store.next_job(1e9).id == ids[0]
+    store.start_job(ids[0], 1, "x")
+    assert store.next_job(1e9).id == ids[1]
+
+
+def test_readonly_reader_sees_writer(store: Store) -> None:
+    arrive(store, "/in/a.pdf", "a" * 64)
+    reader = Store(store.path, readonly=True)
+    assert reader.counts()["queued"] == 1
+    with pytest.raises(sqlite3.OperationalError):
+        reader.conn.execute("DELETE FROM jobs")
+    reader.close()
+
+
+def test_writer_waits_for_a_lock_held_by_another_process(store: Store) -> None:
+    """Another process holding the write lock for a while: we wait, then go on."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sqlite3, sys, time\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('BEGIN IMMEDIATE')\n"
+         "print('locked', flush=True)\n"
+         "time.sleep(1.5)\n"
+         "c.execute('COMMIT')\n",
+         str(store.path)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    res = arrive(store, "/in/a.pdf", "a" * 64)  # blocks on the busy timeout, then succeeds
+    assert holder.wait(30) == 0
+    assert res is not None and store.counts()["queued"] == 1
+
+
+def test_runtime_facts_roundtrip(store: Store) -> None:
+    store.set_runtime({"pid": 12, "current": {"page": 3}})
+    store.set_runtime({"pid": 13})
+    assert store.runtime() == {"pid": 13, "current": {"page": 3}}
