@@ -1,0 +1,266 @@
+"""The daemon: one main loop wiring watcher -> ingest -> store -> supervisor -> outbox.
+
+`Daemon.loop(now)` is one tick (huey's pattern): tests call it directly with made-up
+times; `run()` only adds the real clock, signals and a short sleep between ticks.
+The main process never loads the model: it watches, hashes, queues and supervises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from daemon import __version__, output
+from daemon.config import Config, ConfigError, check_paths, load_config
+from daemon.errors import ExitCode
+from daemon.ingest import Ingestor
+from daemon.notify import Notifier
+from daemon.publish import Publisher
+from daemon.store import Store, StoreBusy
+from daemon.supervisor import Phase, Supervisor
+from daemon.watcher import Watcher
+
+log = logging.getLogger("docinbox")
+
+TICK_SECONDS = 0.25
+RUNTIME_EVERY = 2.0  # how often status facts are written for `docinbox status`
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class StateLock:
+    """One daemon per state folder: two would both think they own the queue."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / "docinbox.lock"
+        self.fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(fd)
+            raise AlreadyRunning(
+                f"another docinbox is already running on {self.path.parent}"
+            ) from exc
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+class Daemon:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        wall: Callable[[], float] = time.time,
+        notifier: Notifier | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.wall = wall
+        self.notifier = notifier or Notifier()
+        self.lock = StateLock(cfg.state_dir)
+        self.store: Store | None = None
+        self.watcher: Watcher | None = None
+        self.supervisor: Supervisor | None = None
+        self.ingestor: Ingestor | None = None
+        self.ready_sent = False
+        self.next_runtime = 0.0
+        self.stop_requested = False
+        self.reload_requested = False
+        self.started_wall = 0.0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self, now: float) -> None:
+        self.lock.acquire()
+        self.store = Store(self.cfg.db_path)
+        recovered = self.store.recover_running(self.wall())
+        if recovered:
+            log.warning("recovered %d job(s) left running by an earlier stop: %s",
+                        len(recovered), ", ".join(map(str, recovered)))
+        removed = output.cleanup_orphans(self.cfg.outbox)
+        if removed:
+            log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
+        publisher = Publisher(self.cfg, self.store, self.wall)
+        self.ingestor = Ingestor(self.cfg, self.store, self.wall)
+        self.supervisor = Supervisor(self.cfg, self.store, publisher, wall=self.wall)
+        self.watcher = Watcher(
+            self.cfg.inboxes,
+            stability_seconds=self.cfg.stability_seconds,
+            rescan_seconds=self.cfg.rescan_seconds,
+        )
+        self.watcher.start()
+        self.started_wall = self.wall()
+        for w in self.watcher.describe():
+            log.info("watching %s (%s: %s)", output.safe_display(w["path"]), w["observer"],
+                     w.get("reason", ""))
+        log.info("docinbox %s started; engine %s%s", __version__, self.cfg.engine.name,
+                 f" (fallback {self.cfg.engine.fallback_engine})"
+                 if self.cfg.engine.fallback_engine else "")
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.stop()
+        if self.store is not None:
+            with contextlib.suppress(sqlite3.Error, StoreBusy):
+                self.store.set_runtime({"pid": None, "phase": "stopped",
+                                        "stopped_at": self.wall()})
+            self.store.close()
+        self.lock.release()
+        self.notifier.close()
+
+    # -- one tick -----------------------------------------------------------------------
+
+    def loop(self, now: float) -> None:
+        assert self.watcher and self.supervisor and self.ingestor and self.store
+        if self.stop_requested:
+            self.stop_requested = False
+            self.notifier.stopping()
+            self.supervisor.request_stop(now)
+        if self.reload_requested:
+            self.reload_requested = False
+            self.reload()
+        try:
+            if not self.supervisor.stopping:
+                for inbox, path in self.watcher.tick(now):
+                    try:
+                        self.ingestor.ingest(inbox, path)
+                    except (StoreBusy, sqlite3.OperationalError):
+                        raise
+                    except Exception:
+                        # One odd file must never stop the daemon.
+                        log.exception("could not ingest %s", output.safe_display(path))
+            self.supervisor.tick(now)
+        except (StoreBusy, sqlite3.OperationalError) as exc:
+            # Another process held the database longer than the busy timeout: wait, retry.
+            log.warning("database busy (%s); will retry", exc)
+        self._report(now)
+
+    def _report(self, now: float) -> None:
+        assert self.supervisor and self.store and self.watcher
+        sup = self.supervisor
+        if not self.ready_sent and sup.phase in (Phase.IDLE, Phase.BUSY):
+            self.ready_sent = True
+            self.notifier.ready(self.status_line())
+        self.notifier.watchdog(now)
+        if now < self.next_runtime:
+            return
+        self.next_runtime = now + RUNTIME_EVERY
+        snap = sup.snapshot()
+        snap.update(
+            pid=os.getpid(),
+            updated_at=self.wall(),
+            started_at=self.started_wall,
+            inboxes=self.watcher.describe(),
+            version=__version__,
+            configured_engine=self.cfg.engine.name,
+            fatal=sup.fatal_message,
+        )
+        try:
+            self.store.set_runtime(snap)
+        except (StoreBusy, sqlite3.OperationalError) as exc:
+            log.warning("could not record status (%s)", exc)
+        if self.ready_sent:
+            self.notifier.status(self.status_line())
+
+    def status_line(self) -> str:
+        assert self.supervisor and self.store
+        counts = self.store.counts()
+        snap = self.supervisor.snapshot()
+        cur = snap["current"]
+        doing = ""
+        if cur:
+            doing = f"; working on {Path(cur['path']).name}"
+            if cur["page"]:
+                doing += f" page {cur['page']}/{cur['pages']}"
+        engine = snap["engine"]
+        if self.supervisor.fallback_reason:
+            engine += " (FALLBACK)"
+        return (
+            f"{counts['queued']} queued, {counts['done']} done, {counts['failed']} failed; "
+            f"engine {engine}{doing}"
+        )
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the config; inboxes and most settings apply at once."""
+        assert self.watcher and self.ingestor and self.supervisor
+        if self.cfg.source is None:
+            return
+        self.notifier.reloading()
+        try:
+            new = load_config(self.cfg.source)
+            problems = check_paths(new, create=True)
+            if problems:
+                raise ConfigError(problems)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running configuration:\n%s", exc)
+            self.notifier.ready(self.status_line())
+            return
+        if new.engine != self.cfg.engine or new.state_dir != self.cfg.state_dir:
+            log.warning("engine and state_dir changes take effect after a restart")
+        self.cfg = new
+        self.ingestor.cfg = new
+        self.watcher.replace_inboxes(new.inboxes)
+        self.watcher.rescan_now()
+        log.info("configuration reloaded from %s", output.safe_display(new.source or ""))
+        self.notifier.ready(self.status_line())
+
+    # -- the real loop --------------------------------------------------------------------
+
+    def install_signals(self) -> None:
+        def on_stop(signum: int, frame: FrameType | None) -> None:
+            log.info("received %s: finishing the current page, then stopping",
+                     signal.Signals(signum).name)
+            self.stop_requested = True
+
+        def on_hup(signum: int, frame: FrameType | None) -> None:
+            self.reload_requested = True
+
+        signal.signal(signal.SIGTERM, on_stop)
+        signal.signal(signal.SIGINT, on_stop)
+        signal.signal(signal.SIGHUP, on_hup)
+
+    def run(self) -> int:
+        """Blocks until stopped. Returns the process exit code."""
+        self.install_signals()
+        try:
+            self.start(time.monotonic())
+        except AlreadyRunning as exc:
+            log.error("%s", exc)
+            return ExitCode.ALREADY_RUNNING
+        assert self.supervisor is not None
+        try:
+            while not self.supervisor.stopped:
+                self.loop(time.monotonic())
+                if self.supervisor.phase == Phase.FATAL:
+                    log.error("cannot continue: %s", self.supervisor.fatal_message)
+                    if self.supervisor.fatal_hint:
+                        log.error("fix: %s", self.supervisor.fatal_hint)
+                    return ExitCode.ENGINE_UNAVAILABLE
+                time.sleep(TICK_SECONDS)
+            log.info("stopped cleanly")
+            return ExitCode.OK
+        finally:
+            self.close()
+
+
+def runtime_snapshot(store: Store) -> dict[str, Any]:
+    return store.runtime()

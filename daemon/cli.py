@@ -1,0 +1,403 @@
+"""Command line: `docinbox run|parse|status|list|retry|reprocess|check-config|model`.
+
+Exit codes (daemon.errors.ExitCode): 0 ok; 1 a document failed (`parse`); 2 usage;
+3 no such job; 4 engine unavailable and no fallback; 5 already running; 78 bad config;
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from daemon import __version__
+from daemon.config import (
+    Config,
+    ConfigError,
+    check_paths,
+    load_config,
+    redacted_dict,
+    resolve_config_path,
+)
+from daemon.errors import ExitCode
+from daemon.states import JobState
+from daemon.store import Job, Store
+
+log = logging.getLogger("docinbox")
+
+
+def setup_logging(cfg: Config | None, verbose: bool = False) -> None:
+    level = "DEBUG" if verbose else (cfg.logging.level if cfg else "INFO")
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if cfg is not None and cfg.logging.file is not None:
+        cfg.logging.file.parent.mkdir(parents=True, exist_ok=True)
+        handlers = [logging.FileHandler(cfg.logging.file, encoding="utf-8")]
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if cfg is not None and cfg.logging.json:
+        fmt = ('{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", '
+               '"message": %(message_json)s}')
+        for h in handlers:
+            h.addFilter(_json_message)
+    if os.environ.get("JOURNAL_STREAM") and cfg is not None and not cfg.logging.json:
+        fmt = "%(levelname)s %(name)s: %(message)s"  # journald adds its own timestamps
+    logging.basicConfig(level=level, handlers=handlers, format=fmt, force=True)
+
+
+def _json_message(record: logging.LogRecord) -> bool:
+    record.message_json = json.dumps(record.getMessage())
+    return True
+
+
+def load_or_exit(arg: str | None, *, check: bool = True) -> Config:
+    path = resolve_config_path(arg)
+    try:
+        cfg = load_config(path)
+        if check:
+            problems = check_paths(cfg, create=True)
+            if problems:
+                raise ConfigError(problems)
+    except ConfigError as exc:
+        print(f"docinbox: configuration problems in {path}:", file=sys.stderr)
+        for p in exc.problems:
+            print(f"  - {p}", file=sys.stderr)
+        raise SystemExit(ExitCode.CONFIG) from None
+    return cfg
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from daemon.app import Daemon
+
+    cfg = load_or_exit(args.config)
+    setup_logging(cfg, args.verbose)
+    return Daemon(cfg).run()
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    cfg = load_or_exit(args.config)
+    print(f"{cfg.source}: OK")
+    if args.show:
+        print(yaml.safe_dump(redacted_dict(cfg), sort_keys=False, allow_unicode=True))
+    return ExitCode.OK
+
+
+def _open_store(cfg: Config) -> Store:
+    if not cfg.db_path.exists():
+        print(f"docinbox: no database yet at {cfg.db_path} (has `docinbox run` started?)",
+              file=sys.stderr)
+        raise SystemExit(ExitCode.NOT_FOUND)
+    return Store(cfg.db_path, readonly=True)
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 90:
+        return f"{seconds}s"
+    if seconds < 5400:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 86400}d"
+
+
+def _mib(n: Any) -> str:
+    return f"{(n or 0) / 2**20:.0f} MiB"
+
+
+def status_facts(cfg: Config, store: Store, now: float) -> dict[str, Any]:
+    rt = store.runtime()
+    counts = store.counts()
+    updated = float(rt.get("updated_at") or 0)
+    pid = rt.get("pid")
+    alive = bool(pid) and _pid_alive(int(pid)) and now - updated < 60
+    secs = store.page_seconds()
+    avg = sum(secs) / len(secs) if secs else None
+    remaining_pages = 0
+    cur = rt.get("current") if alive else None
+    if cur and cur.get("pages"):
+        remaining_pages += int(cur["pages"]) - int(cur.get("page") or 1) + 1
+    done_jobs = [j for j in store.jobs(JobState.DONE, limit=50) if j.page_count]
+    avg_pages = (sum(j.page_count or 0 for j in done_jobs) / len(done_jobs)) if done_jobs else 1.0
+    remaining_pages += int(counts["queued"] * avg_pages)
+    eta = remaining_pages * avg if avg is not None and remaining_pages else None
+    failures = [
+        {"job_id": j.id, "path": j.source_path, "kind": j.error_kind, "error": j.error,
+         "when": j.finished_at}
+        for j in store.jobs(JobState.FAILED, limit=5)
+    ]
+    waiting = [
+        {"job_id": j.id, "path": j.source_path, "error": j.error, "retry_at": j.not_before}
+        for j in store.jobs(JobState.QUEUED, limit=200)
+        if j.error
+    ]
+    return {
+        "running": alive,
+        "pid": pid if alive else None,
+        "version": rt.get("version"),
+        "uptime": (now - float(rt["started_at"])) if alive and rt.get("started_at") else None,
+        "engine": rt.get("engine_info") or {"name": rt.get("engine")},
+        "configured_engine": cfg.engine.name,
+        "fallback_reason": rt.get("fallback_reason"),
+        "fatal": rt.get("fatal"),
+        "worker": {
+            "phase": rt.get("phase") if alive else "stopped",
+            "pid": rt.get("worker_pid") if alive else None,
+            "rss": rt.get("worker_rss") if alive else None,
+            "peak_rss": rt.get("worker_peak_rss"),
+            "restarts": rt.get("worker_restarts"),
+        },
+        "current": cur,
+        "counts": counts,
+        "counters": store.counters(),
+        "seconds_per_page": avg,
+        "eta_seconds": eta,
+        "inboxes": rt.get("inboxes") or [],
+        "recent_failures": failures,
+        "waiting": waiting,
+    }
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    cfg = load_or_exit(args.config, check=False)
+    store = _open_store(cfg)
+    facts = status_facts(cfg, store, time.time())
+    if args.json:
+        print(json.dumps(facts, indent=2, default=str))
+        return ExitCode.OK
+    head = (f"docinbox {facts['version'] or __version__}: running (pid {facts['pid']}, "
+            f"up {_age(facts['uptime'] or 0)})" if facts["running"] else
+            "docinbox: NOT running")
+    print(head)
+    eng = facts["engine"] or {}
+    line = f"engine:  {eng.get('name') or cfg.engine.name}"
+    if eng.get("model_id"):
+        line += f" ({eng['model_id']}"
+        line += f", precision {eng['precision']})" if eng.get("precision") else ")"
+    print(line)
+    if facts["fallback_reason"]:
+        print(f"  FALLBACK: {facts['fallback_reason']}")
+        print("  fix: `docinbox model pull`, restart, then `docinbox reprocess --all`")
+    if facts["fatal"]:
+        print(f"  STOPPED: {facts['fatal']}")
+    w = facts["worker"]
+    if facts["running"]:
+        print(f"worker:  {w['phase']}, RSS {_mib(w['rss'])} (peak {_mib(w['peak_rss'])}), "
+              f"{w['restarts'] or 0} restart(s)")
+    cur = facts["current"]
+    if cur:
+        now_line = f"now:     job {cur['job_id']} {Path(cur['path']).name}"
+        if cur.get("page"):
+            now_line += f", page {cur['page']}/{cur['pages']}"
+        if cur.get("block"):
+            now_line += f", block {cur['block'][0]}/{cur['block'][1]}"
+        print(now_line)
+    c = facts["counts"]
+    print("queue:   " + ", ".join(f"{c[s.value]} {s.value}" for s in JobState))
+    if facts["seconds_per_page"] is not None:
+        eta = facts["eta_seconds"]
+        print(f"speed:   {facts['seconds_per_page']:.1f} s/page"
+              + (f"; ETA ~{_age(eta)}" if eta else ""))
+    for ib in facts["inboxes"]:
+        print(f"inbox:   {ib.get('path')} ({ib.get('observer')})")
+    for wt in facts["waiting"]:
+        print(f"waiting: job {wt['job_id']} {Path(wt['path']).name}: {wt['error']}")
+    if facts["recent_failures"]:
+        print("recent failures:")
+        for f in facts["recent_failures"]:
+            print(f"  job {f['job_id']} {Path(f['path']).name}: {f['kind']}: {f['error']}")
+    return ExitCode.OK
+
+
+def _job_dict(j: Job) -> dict[str, Any]:
+    d = dataclasses.asdict(j)
+    d["state"] = j.state.value
+    return d
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    cfg = load_or_exit(args.config, check=False)
+    store = _open_store(cfg)
+    state = JobState(args.state) if args.state else None
+    jobs = store.jobs(state, limit=args.limit)
+    if args.json:
+        print(json.dumps([_job_dict(j) for j in jobs], indent=2, default=str))
+        return ExitCode.OK
+    for j in jobs:
+        when = dt.datetime.fromtimestamp(j.created_at).strftime("%Y-%m-%d %H:%M")
+        extra = ""
+        if j.state == JobState.FAILED:
+            extra = f"  {j.error_kind}: {j.error}"
+        elif j.state == JobState.DUPLICATE:
+            extra = f"  duplicate of job {j.duplicate_of}"
+        elif j.state == JobState.DONE:
+            extra = f"  -> {j.output_dir}"
+        elif j.page_count:
+            extra = f"  {j.pages_done}/{j.page_count} pages"
+        print(f"{j.id:>6}  {j.state.value:<9} {when}  {Path(j.source_path).name}{extra}")
+    return ExitCode.OK
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    cfg = load_or_exit(args.config, check=False)
+    store = Store(cfg.db_path)
+    ids = [j.id for j in store.jobs(JobState.FAILED, limit=100000)] if args.failed else [args.id]
+    return _requeue(store, ids, JobState.FAILED, store.retry, "retry")
+
+
+def cmd_reprocess(args: argparse.Namespace) -> int:
+    cfg = load_or_exit(args.config, check=False)
+    store = Store(cfg.db_path)
+    ids = [j.id for j in store.jobs(JobState.DONE, limit=100000)] if args.all else [args.id]
+    return _requeue(store, ids, JobState.DONE, store.reprocess, "reprocess")
+
+
+def _requeue(store: Store, ids: list[int | None], want: JobState, fn: Any, verb: str) -> int:
+    code = ExitCode.OK
+    for job_id in ids:
+        job = store.job(int(job_id)) if job_id is not None else None
+        if job is None:
+            print(f"docinbox: no job {job_id}", file=sys.stderr)
+            code = ExitCode.NOT_FOUND
+            continue
+        if job.state != want:
+            print(f"docinbox: job {job.id} is {job.state.value}; only {want.value} jobs can be "
+                  f"{verb}ed", file=sys.stderr)
+            code = ExitCode.NOT_FOUND
+            continue
+        if not Path(job.read_path).exists():
+            print(f"docinbox: job {job.id}: the original is no longer at {job.read_path} "
+                  "(deleted after success?); drop the file into the inbox again",
+                  file=sys.stderr)
+            code = ExitCode.NOT_FOUND
+            continue
+        fn(job.id, time.time())
+        print(f"job {job.id} queued again ({Path(job.source_path).name})")
+    return code
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from daemon.parse import parse_files
+
+    path = resolve_config_path(args.config)
+    base = load_or_exit(args.config, check=False) if path.exists() else None
+    setup_logging(base, args.verbose)
+    return parse_files(
+        [Path(f) for f in args.files], Path(args.output), base, engine=args.engine
+    )
+
+
+def cmd_model(args: argparse.Namespace) -> int:
+    from daemon import model
+
+    path = resolve_config_path(args.config)
+    cfg = load_or_exit(args.config, check=False) if path.exists() else None
+    model_id = args.model or (cfg.engine.model if cfg else model.DEFAULT_MODEL)
+    revision = args.revision or (cfg.engine.revision if cfg else None)
+    try:
+        if args.model_cmd == "pull":
+            where = model.pull(model_id, revision)
+            print(f"{model_id}: downloaded to {where}")
+        else:
+            info = model.info(model_id, revision, try_load=not args.no_load)
+            print(json.dumps(info, indent=2, default=str) if args.json else
+                  "\n".join(f"{k}: {v}" for k, v in info.items()))
+    except Exception as exc:  # network and hub errors: a sentence, not a traceback
+        print(f"docinbox: {exc}", file=sys.stderr)
+        return ExitCode.ENGINE_UNAVAILABLE
+    return ExitCode.OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", "-c", help="config file (default: $DOCINBOX_CONFIG or "
+                        "./config.yaml)")
+    common.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    p = argparse.ArgumentParser(
+        prog="docinbox", parents=[common],
+        description="Turn documents dropped into a folder into Markdown and JSON.",
+        epilog="exit codes: 0 ok, 1 a document failed (parse), 2 usage, 3 no such job, "
+               "4 engine unavailable, 5 already running, 78 bad configuration",
+    )
+    p.add_argument("--version", action="version", version=f"docinbox {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("run", parents=[common], help="watch the inboxes and process documents")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("parse", parents=[common], help="convert files once, without the daemon")
+    s.add_argument("files", nargs="+")
+    s.add_argument("-o", "--output", default=".", help="output folder (default: .)")
+    s.add_argument("--engine", help="engine to use instead of the configured one")
+    s.set_defaults(fn=cmd_parse)
+
+    s = sub.add_parser("status", parents=[common], help="what the daemon is doing")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_status)
+
+    s = sub.add_parser("list", parents=[common], help="list jobs")
+    s.add_argument("--state", choices=[x.value for x in JobState])
+    s.add_argument("--limit", type=int, default=100)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_list)
+
+    s = sub.add_parser("retry", parents=[common], help="queue failed job(s) again")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("id", nargs="?", type=int)
+    g.add_argument("--failed", action="store_true", help="every failed job")
+    s.set_defaults(fn=cmd_retry)
+
+    s = sub.add_parser("reprocess", parents=[common], help="run done job(s) again")
+    g = s.add_mutually_exclusive_group(required=True)
+    g.add_argument("id", nargs="?", type=int)
+    g.add_argument("--all", action="store_true", help="every done job")
+    s.set_defaults(fn=cmd_reprocess)
+
+    s = sub.add_parser("check-config", parents=[common], help="validate the configuration")
+    s.add_argument("--show", action="store_true", help="print the effective configuration")
+    s.set_defaults(fn=cmd_check_config)
+
+    s = sub.add_parser("model", parents=[common], help="MinerU2.5 weights: pull or info")
+    msub = s.add_subparsers(dest="model_cmd", required=True)
+    for name in ("pull", "info"):
+        m = msub.add_parser(name, parents=[common])
+        m.add_argument("--model", help="hub id or local folder (default: engine.model)")
+        m.add_argument("--revision")
+        if name == "info":
+            m.add_argument("--no-load", action="store_true", help="do not try to load it")
+            m.add_argument("--json", action="store_true")
+        m.set_defaults(fn=cmd_model)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args))
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

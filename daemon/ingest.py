@@ -1,0 +1,111 @@
+"""Stable file -> content hash -> queued job or duplicate record.
+
+The watcher says a file is complete; ingest decides what it is. A file already recorded
+with the same path, size and mtime is skipped without reading it (rescans every few
+minutes must stay cheap on a big inbox). Otherwise it is hashed (streaming SHA-256, 1 MiB
+chunks, so a 2 GB scan costs no memory) and handed to the store, which decides in one
+transaction whether it is new or a duplicate. Duplicates cost no model time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from daemon import output
+from daemon.config import Config, InboxConfig
+from daemon.store import IngestResult, Store
+
+log = logging.getLogger("docinbox.ingest")
+
+CHUNK = 1024 * 1024
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    # O_NOFOLLOW: a file swapped for a symlink between the scan and now is not followed.
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def subdir_for(inbox: InboxConfig, path: Path) -> str:
+    """Where this file's outputs go below outbox/archive/failed: mirrors the inbox."""
+    rel_parent = path.parent.relative_to(inbox.path)
+    parts = [p for p in PurePosixPath(inbox.output_subfolder).parts if p not in ("", ".", "/")]
+    parts += [p for p in rel_parent.parts if p not in ("", ".")]
+    return str(PurePosixPath(*parts)) if parts else ""
+
+
+class Ingestor:
+    def __init__(self, cfg: Config, store: Store, wall: Callable[[], float]) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.wall = wall
+
+    def ingest(self, inbox: InboxConfig, path: Path) -> IngestResult | None:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None  # gone between the scan and now: nothing to do
+        if not stat.S_ISREG(st.st_mode):
+            return None  # symlinks, fifos, sockets are never taken
+        if self.store.known_source(str(path), st.st_size, st.st_mtime_ns):
+            return None
+        try:
+            digest = sha256_file(path)
+            after = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            log.warning("cannot read %s: %s (will try again on the next scan)",
+                        output.safe_display(path), exc)
+            return None
+        if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+            # Still being written after all: the watcher will report it again when stable.
+            log.info("%s changed while hashing; waiting for it to settle",
+                     output.safe_display(path))
+            return None
+        result = self.store.record_arrival(
+            path=str(path),
+            inbox=str(inbox.path),
+            subdir=subdir_for(inbox, path),
+            size=st.st_size,
+            mtime_ns=st.st_mtime_ns,
+            sha256=digest,
+            now=self.wall(),
+        )
+        if result is None:
+            return None
+        if result.duplicate:
+            self._dispose_duplicate(path, result)
+        else:
+            log.info("queued job %s: %s (%d bytes, sha256 %s)", result.job.id,
+                     output.safe_display(path), st.st_size, digest[:12])
+        return result
+
+    def _dispose_duplicate(self, path: Path, result: IngestResult) -> None:
+        orig = result.original
+        what = f"job {orig.id} ({output.safe_display(orig.source_path)})" if orig else "?"
+        action = self.cfg.on_duplicate
+        try:
+            if action == "move":
+                dest = output.move_into(path, self.cfg.duplicates, result.job.subdir)
+                self.store.forget_source(str(path))
+                log.info("duplicate of %s: moved %s to %s", what, output.safe_display(path),
+                         output.safe_display(dest))
+            elif action == "delete":
+                path.unlink()
+                self.store.forget_source(str(path))
+                log.info("duplicate of %s: deleted %s", what, output.safe_display(path))
+            else:
+                log.info("duplicate of %s: kept %s", what, output.safe_display(path))
+        except OSError as exc:
+            log.error("duplicate %s could not be %sd: %s", output.safe_display(path),
+                      action, exc)

@@ -1,0 +1,115 @@
+"""`docinbox parse FILE...`: the daemon's own pipeline, once, on named files.
+
+It reuses the real store, supervisor, worker and output code on a throw-away state folder,
+so a one-shot run behaves exactly like the daemon (same engine loading, limits, timeouts,
+crash handling) but never moves, deletes or archives the user's files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from daemon.config import Config
+from daemon.errors import ExitCode
+from daemon.ingest import sha256_file
+from daemon.publish import Publisher
+from daemon.states import JobState
+from daemon.store import Job, Store
+from daemon.supervisor import Phase, Supervisor
+
+
+class _KeepOriginals(Publisher):
+    def failed(self, job: Job, kind: str, message: str) -> None:
+        return None  # the error is printed; the user's file stays where it is
+
+
+def parse_files(
+    files: list[Path], outdir: Path, base: Config | None, *, engine: str | None = None
+) -> int:
+    missing = [f for f in files if not f.is_file()]
+    for f in missing:
+        print(f"docinbox: {f}: no such file", file=sys.stderr)
+    files = [f.resolve() for f in files if f.is_file()]
+    if not files:
+        return ExitCode.NOT_FOUND
+    outdir = outdir.resolve()
+    outdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="docinbox-parse-") as tmp:
+        t = Path(tmp)
+        if base is None:
+            base = Config(inboxes=(), outbox=outdir, archive=t / "a", failed=t / "f",
+                          duplicates=t / "d", state_dir=t / "state")
+        cfg = dataclasses.replace(
+            base, inboxes=(), outbox=outdir, archive=t / "a", failed=t / "f",
+            duplicates=t / "d", state_dir=t / "state", after_success="keep",
+            on_duplicate="keep",
+        )
+        if engine:
+            cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, name=engine))
+        store = Store(cfg.db_path)
+        jobs: list[int] = []
+        for f in files:
+            st = f.stat()
+            res = store.record_arrival(path=str(f), inbox=str(f.parent), subdir="",
+                                       size=st.st_size, mtime_ns=st.st_mtime_ns,
+                                       sha256=sha256_file(f), now=time.time())
+            if res is not None:
+                jobs.append(res.job.id)
+        sup = Supervisor(cfg, store, _KeepOriginals(cfg, store, time.time), wall=time.time)
+        code = _drive(sup, store, jobs)
+        store.close()
+        return code
+
+
+def _drive(sup: Supervisor, store: Store, jobs: list[int]) -> int:
+    bar = tqdm(total=len(jobs), unit="doc", file=sys.stderr, disable=None)
+    try:
+        while True:
+            sup.tick(time.monotonic())
+            if sup.phase == Phase.FATAL:
+                print(f"docinbox: {sup.fatal_message}", file=sys.stderr)
+                if sup.fatal_hint:
+                    print(f"fix: {sup.fatal_hint}", file=sys.stderr)
+                return ExitCode.ENGINE_UNAVAILABLE
+            states = [store.job(j) for j in jobs]
+            finished = sum(1 for j in states if j and j.state in
+                           (JobState.DONE, JobState.FAILED, JobState.DUPLICATE))
+            bar.n = finished
+            cur: dict[str, Any] | None = sup.snapshot()["current"]
+            if cur and cur.get("page"):
+                bar.set_postfix_str(f"{Path(cur['path']).name} p{cur['page']}/{cur['pages']}")
+            bar.refresh()
+            if finished == len(jobs):
+                break
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        sup.request_stop(time.monotonic())
+        while not sup.stopped:
+            sup.tick(time.monotonic())
+            time.sleep(0.1)
+        return ExitCode.INTERRUPTED
+    finally:
+        bar.close()
+    sup.request_stop(time.monotonic())
+    while not sup.stopped:
+        sup.tick(time.monotonic())
+        time.sleep(0.05)
+    code = ExitCode.OK
+    for job_id in jobs:
+        job = store.job(job_id)
+        assert job is not None
+        if job.state == JobState.DONE:
+            print(f"{job.source_path} -> {job.output_dir}")
+        elif job.state == JobState.DUPLICATE:
+            print(f"{job.source_path}: same content as job {job.duplicate_of}, skipped")
+        else:
+            print(f"{job.source_path}: FAILED: {job.error_kind}: {job.error}", file=sys.stderr)
+            code = ExitCode.FAILED_DOCUMENTS
+    return code

@@ -1,0 +1,503 @@
+"""Supervise the ONE worker process and feed it the queue, one page at a time.
+
+rq's worker/horse split: the daemon process never loads the model; it starts a child,
+sends it one page at a time and records each finished page in the store at once, so a
+crash loses at most the page in progress. The supervisor:
+
+- starts the worker (spawn) and waits for `ready` within `startup_timeout_seconds`;
+  switches to `engine.fallback_engine` when the configured engine cannot load;
+- watches heartbeats, a per-page and a per-document deadline, and kills on expiry;
+- restarts a dead worker with exponential backoff; a document that was in progress when
+  the worker died `max_attempts` times is failed as `crashed`;
+- recycles the worker after N documents or when its RSS passes `max_rss_mb`;
+- on stop, lets the current page finish (bounded), requeues the document, stops the child.
+
+Everything happens in `tick(now)` with `now` from a monotonic clock, so tests drive it
+one step at a time. Wall-clock times for the records come from the injected `wall`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import multiprocessing
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol
+
+import psutil
+
+from daemon.config import Config, page_options_for
+from daemon.errors import FailureKind
+from daemon.store import Job, Store
+
+log = logging.getLogger("docinbox.supervisor")
+
+
+class Outcomes(Protocol):
+    """What happens to a document once the worker is done with it (see daemon.publish)."""
+
+    def complete(self, job: Job, engine: dict[str, Any]) -> str:
+        """Write the outbox folder, dispose of the original; return the output folder.
+
+        Raises OSError when the outbox cannot be written (the job waits and retries).
+        """
+        ...
+
+    def failed(self, job: Job, kind: str, message: str) -> None:
+        """Move the original to failed/ with its error file."""
+        ...
+
+
+class Phase(str, enum.Enum):
+    DOWN = "down"  # no worker; (re)start when backoff allows
+    STARTING = "starting"  # spawned, loading the engine
+    IDLE = "idle"
+    BUSY = "busy"
+    STOPPING = "stopping"  # asked to exit; waiting for it
+    FATAL = "fatal"  # the engine cannot run here and there is no fallback
+
+
+@dataclass
+class Current:
+    """The document in progress."""
+
+    job: Job
+    started: float
+    page_count: int | None = None
+    page_idx: int | None = None
+    page_started: float = 0.0
+    block: tuple[int, int] | None = None
+    pending: list[int] = field(default_factory=list)
+
+
+def exit_reason(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "stopped responding"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        if -exitcode == signal.SIGKILL:
+            return f"was killed ({name}; often the kernel's out-of-memory killer)"
+        if -exitcode == signal.SIGSEGV:
+            return f"crashed ({name})"
+        return f"died on {name}"
+    return f"exited with status {exitcode}"
+
+
+class Supervisor:
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store,
+        outcomes: Outcomes,
+        *,
+        wall: Callable[[], float],
+        context: Any = None,
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.outcomes = outcomes
+        self.wall = wall
+        self.ctx = context or multiprocessing.get_context("spawn")
+        self.engine_name = cfg.engine.name
+        self.engine_info: dict[str, Any] = {}
+        self.fallback_reason: str | None = None
+        self.phase = Phase.DOWN
+        self.proc: BaseProcess | None = None
+        self.conn: Connection | None = None
+        self.current: Current | None = None
+        self.restart_at = 0.0
+        self.consecutive_failures = 0
+        self.phase_deadline = 0.0
+        self.last_heartbeat = 0.0
+        self.docs_this_worker = 0
+        self.worker_started_at: float | None = None
+        self.peak_rss = 0
+        self.rss = 0
+        self.restarts = 0
+        self.stopping = False
+        self.recycle_requested = False
+        self.fatal_message: str | None = None
+        self.fatal_hint: str = ""
+
+    # -- public ---------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        if self.phase == Phase.FATAL:
+            return
+        if self.proc is None:
+            if not self.stopping and now >= self.restart_at:
+                self._spawn(now)
+            return
+        self._drain(now)
+        if self.proc is not None:
+            self._check_health(now)
+        if self.phase == Phase.IDLE and not self.stopping:
+            if self.recycle_requested or self._should_recycle():
+                self._stop_worker(now, reason="recycle")
+            else:
+                self._take_next(now)
+
+    def request_stop(self, now: float) -> None:
+        """SIGTERM/SIGINT: stop taking work; the current page may finish (bounded)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        if self.phase == Phase.BUSY:
+            self.phase_deadline = min(
+                self.phase_deadline, now + self.cfg.worker.shutdown_timeout_seconds
+            )
+            log.info("stopping: letting the current page finish (at most %.0f s)",
+                     self.cfg.worker.shutdown_timeout_seconds)
+        elif self.proc is not None:
+            self._stop_worker(now, reason="shutdown")
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopping and self.proc is None
+
+    def snapshot(self) -> dict[str, Any]:
+        """Facts for status, health and metrics."""
+        cur = self.current
+        return {
+            "phase": self.phase.value,
+            "engine": self.engine_info.get("name", self.engine_name),
+            "engine_info": self.engine_info,
+            "fallback_reason": self.fallback_reason,
+            "worker_pid": self.proc.pid if self.proc is not None else None,
+            "worker_rss": self.rss,
+            "worker_peak_rss": self.peak_rss,
+            "worker_restarts": self.restarts,
+            "last_heartbeat_age": None,
+            "current": None
+            if cur is None
+            else {
+                "job_id": cur.job.id,
+                "path": cur.job.source_path,
+                "page": (cur.page_idx + 1) if cur.page_idx is not None else None,
+                "pages": cur.page_count,
+                "block": list(cur.block) if cur.block else None,
+            },
+        }
+
+    # -- worker lifecycle -------------------------------------------------------------
+
+    def _spawn(self, now: float) -> None:
+        from daemon.worker import worker_main
+
+        parent, child = self.ctx.Pipe(duplex=True)
+        proc = self.ctx.Process(
+            target=worker_main,
+            args=(child, self.cfg, self.engine_name),
+            name=f"docinbox-worker[{self.engine_name}]",
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        self.proc, self.conn = proc, parent
+        self.phase = Phase.STARTING
+        self.phase_deadline = now + self.cfg.worker.startup_timeout_seconds
+        self.last_heartbeat = now
+        self.docs_this_worker = 0
+        self.worker_started_at = now
+        self.peak_rss = 0
+        self.recycle_requested = False
+        log.info("worker started (pid %s, engine %s)", proc.pid, self.engine_name)
+
+    def _stop_worker(self, now: float, reason: str) -> None:
+        assert self.proc is not None and self.conn is not None
+        log.info("stopping worker (%s)", reason)
+        with contextlib.suppress(OSError):
+            self.conn.send(("stop",))
+        self.phase = Phase.STOPPING
+        self.phase_deadline = now + self.cfg.worker.shutdown_timeout_seconds
+
+    def _kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        self._reap()
+
+    def _reap(self) -> int | None:
+        code: int | None = None
+        if self.proc is not None:
+            self.proc.join(timeout=5)
+            code = self.proc.exitcode
+            if code is not None:
+                self.proc.close()
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn = None, None
+        self.phase = Phase.DOWN
+        self.rss = 0
+        return code
+
+    def _schedule_restart(self, now: float) -> None:
+        base = self.cfg.worker.restart_backoff_seconds
+        delay = min(
+            base * (2 ** max(0, self.consecutive_failures - 1)),
+            self.cfg.worker.restart_backoff_max_seconds,
+        )
+        self.restart_at = now + (delay if self.consecutive_failures else 0.0)
+        self.restarts += 1
+        if delay and self.consecutive_failures:
+            log.warning("restarting the worker in %.0f s", delay)
+
+    def _should_recycle(self) -> bool:
+        w = self.cfg.worker
+        if self.docs_this_worker >= w.recycle_after_documents:
+            return True
+        return self.rss > w.max_rss_mb * 1024 * 1024
+
+    # -- messages ---------------------------------------------------------------------
+
+    def _drain(self, now: float) -> None:
+        assert self.conn is not None
+        while self.conn is not None:
+            try:
+                if not self.conn.poll():
+                    return
+                msg = self.conn.recv()
+            except (EOFError, OSError):
+                return  # the process is gone; _check_health sees the exit
+            self.last_heartbeat = now
+            self._handle(now, msg)
+
+    def _handle(self, now: float, msg: tuple[Any, ...]) -> None:
+        op = msg[0]
+        if op == "heartbeat":
+            self.peak_rss = max(self.peak_rss, int(msg[1]))
+            return
+        if op == "ready":
+            self.engine_info = dict(msg[1])
+            self.phase = Phase.IDLE
+            self.consecutive_failures = 0 if self.current is None else self.consecutive_failures
+            log.info("worker ready: engine %s (%s)", self.engine_info.get("name"),
+                     self.engine_info.get("model_id") or "no model")
+            return
+        if op == "unavailable":
+            self._on_unavailable(now, str(msg[1]), str(msg[2]))
+            return
+        cur = self.current
+        if cur is None or int(msg[1]) != cur.job.id:
+            return  # stale answer about a document we gave up on
+        if op == "progress":
+            cur.block = (int(msg[3]), int(msg[4]))
+        elif op == "inspected":
+            cur.page_count = int(msg[2]["page_count"])
+            self.store.set_page_count(cur.job.id, cur.page_count)
+            done = self.store.done_pages(cur.job.id)
+            cur.pending = [i for i in range(cur.page_count) if i not in done]
+            if done:
+                log.info("job %s: resuming at page %d of %d", cur.job.id,
+                         min(cur.pending, default=cur.page_count) + 1, cur.page_count)
+            self._next_page(now)
+        elif op == "page_done":
+            page_idx, blocks, info, seconds = int(msg[2]), msg[3], msg[4], float(msg[5])
+            self.store.save_page(
+                cur.job.id, page_idx, blocks, info, self.engine_info.get("name", "?"),
+                seconds, self.wall(),
+            )
+            log.info("job %s: page %d/%s in %.1f s", cur.job.id, page_idx + 1,
+                     cur.page_count, seconds)
+            if self.stopping:
+                self._interrupt_current(now, "the daemon is stopping")
+                self._stop_worker(now, reason="shutdown")
+                return
+            if self.rss > self.cfg.worker.max_rss_mb * 1024 * 1024:
+                # Recycle at a page boundary: the document resumes on the fresh worker.
+                self._interrupt_current(now, "worker recycled (memory)")
+                self._stop_worker(now, reason=f"RSS {self.rss >> 20} MiB over max_rss_mb")
+                return
+            self._next_page(now)
+        elif op == "doc_error":
+            self._fail_current(str(msg[2]), str(msg[3]))
+            self.phase = Phase.IDLE
+
+    def _on_unavailable(self, now: float, message: str, hint: str) -> None:
+        fb = self.cfg.engine.fallback_engine
+        self._reap()
+        if fb and self.engine_name != fb:
+            self.fallback_reason = f"engine {self.engine_name!r} unavailable: {message}"
+            log.warning(
+                "engine %r cannot run: %s. FALLING BACK to %r; documents are marked with the "
+                "engine used, so you can `docinbox reprocess` them later.%s",
+                self.engine_name, message, fb, f" To fix: {hint}" if hint else "",
+            )
+            self.engine_name = fb
+            self.restart_at = now
+            return
+        self.phase = Phase.FATAL
+        self.fatal_message = f"engine {self.engine_name!r} cannot run: {message}"
+        self.fatal_hint = hint
+        log.error("%s%s", self.fatal_message, f" (to fix: {hint})" if hint else "")
+
+    # -- documents --------------------------------------------------------------------
+
+    def _take_next(self, now: float) -> None:
+        job = self.store.next_job(self.wall())
+        if job is None:
+            return
+        job = self.store.start_job(job.id, self.wall(), self.engine_info.get("name", "?"))
+        self.current = Current(job=job, started=now)
+        self.phase = Phase.BUSY
+        self.phase_deadline = now + self.cfg.limits.page_timeout_seconds
+        log.info("job %s: started %s (attempt %d)", job.id, job.source_path, job.attempts)
+        self._send(("inspect", job.id, job.read_path))
+
+    def _next_page(self, now: float) -> None:
+        cur = self.current
+        assert cur is not None
+        if not cur.pending:
+            self._complete_current(now)
+            return
+        cur.page_idx = cur.pending.pop(0)
+        cur.page_started = now
+        cur.block = None
+        self.phase_deadline = min(
+            now + self.cfg.limits.page_timeout_seconds,
+            cur.started + self.cfg.limits.document_timeout_seconds,
+        )
+        inbox = next((i for i in self.cfg.inboxes if str(i.path) == cur.job.inbox), None)
+        opts = page_options_for(self.cfg, inbox)
+        payload = {
+            "text_layer": opts.text_layer,
+            "max_new_tokens_layout": opts.max_new_tokens_layout,
+            "max_new_tokens_block": opts.max_new_tokens_block,
+            **opts.extra,
+        }
+        self._send(("page", cur.job.id, cur.job.read_path, cur.page_idx, payload))
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        assert self.conn is not None
+        # A dead worker makes this raise; _check_health handles the death on this tick.
+        with contextlib.suppress(OSError):
+            self.conn.send(msg)
+
+    def _complete_current(self, now: float) -> None:
+        cur = self.current
+        assert cur is not None
+        job = self.store.job(cur.job.id) or cur.job
+        try:
+            out = self.outcomes.complete(job, self.engine_info)
+        except OSError as exc:
+            # Disk full, outbox unwritable, NAS gone: not the document's fault. Keep its
+            # pages, wait, retry. Nothing is marked done without its output.
+            delay = min(30.0 * 2 ** max(0, job.attempts - 1), 900.0)
+            why = exc.strerror or str(exc)
+            msg = f"waiting: cannot write the outbox ({why}); retry in {delay:.0f} s"
+            log.warning("job %s: %s", job.id, msg)
+            self.store.requeue(job.id, self.wall(), not_before=self.wall() + delay,
+                               error_kind=FailureKind.OUTPUT.value, error=msg)
+            self.store.bump("output_errors_total")
+        else:
+            self.store.finish_job(job.id, self.wall(), out, now - cur.started)
+            self.docs_this_worker += 1
+            self.consecutive_failures = 0
+            log.info("job %s: done in %.1f s -> %s (worker peak RSS %d MiB, engine %s)",
+                     job.id, now - cur.started, out, self.peak_rss >> 20,
+                     self.engine_info.get("name"))
+        self.current = None
+        self.phase = Phase.IDLE
+
+    def _fail_current(self, kind: str, message: str) -> None:
+        cur = self.current
+        assert cur is not None
+        self._fail_job(self.store.job(cur.job.id) or cur.job, kind, message)
+        self.docs_this_worker += 1
+        self.current = None
+
+    def _fail_job(self, job: Job, kind: str, message: str) -> None:
+        log.warning("job %s: failed (%s): %s", job.id, kind, message)
+        try:
+            self.outcomes.failed(job, kind, message)
+        except OSError as exc:
+            # The record below still says failed and why; the original stays where it is.
+            log.error("job %s: could not move the original to failed/: %s", job.id, exc)
+        self.store.fail_job(job.id, self.wall(), kind, message)
+
+    def _interrupt_current(self, now: float, why: str) -> None:
+        cur = self.current
+        if cur is None:
+            return
+        self.store.requeue(cur.job.id, self.wall())
+        log.info("job %s: interrupted (%s); will resume at the next page", cur.job.id, why)
+        self.current = None
+
+    # -- health -----------------------------------------------------------------------
+
+    def _check_health(self, now: float) -> None:
+        assert self.proc is not None
+        try:
+            self.rss = psutil.Process(self.proc.pid).memory_info().rss if self.proc.pid else 0
+            self.peak_rss = max(self.peak_rss, self.rss)
+        except psutil.Error:
+            self.rss = 0
+        if not self.proc.is_alive():
+            code = self._reap()
+            if self.phase == Phase.STOPPING or (self.stopping and self.current is None):
+                if self.stopping:
+                    log.info("worker stopped")
+                self.restart_at = now
+                return
+            self._on_crash(now, f"the worker {exit_reason(code)}")
+            return
+        if self.phase == Phase.STOPPING and now > self.phase_deadline:
+            log.warning("worker did not stop in time; killing it")
+            self._kill()
+            self.restart_at = now
+            return
+        if self.phase == Phase.STARTING and now > self.phase_deadline:
+            self._kill()
+            self._on_crash(now, "the engine did not load within startup_timeout_seconds")
+            return
+        if self.phase == Phase.BUSY and now > self.phase_deadline:
+            cur = self.current
+            self._kill()
+            if cur is not None and self.stopping:
+                self._interrupt_current(now, "stop timeout")
+                return
+            if cur is not None:
+                doc_over = now >= cur.started + self.cfg.limits.document_timeout_seconds
+                what = (
+                    f"the document took longer than limits.document_timeout_seconds "
+                    f"({self.cfg.limits.document_timeout_seconds:.0f} s)"
+                    if doc_over
+                    else f"page {(cur.page_idx or 0) + 1} took longer than "
+                    f"limits.page_timeout_seconds ({self.cfg.limits.page_timeout_seconds:.0f} s)"
+                )
+                self._fail_current(FailureKind.TIMEOUT.value, what)
+            self._schedule_restart(now)
+            return
+        if (
+            self.phase in (Phase.IDLE, Phase.BUSY)
+            and now - self.last_heartbeat > self.cfg.worker.heartbeat_timeout_seconds
+        ):
+            self._kill()
+            self._on_crash(now, "the worker stopped sending heartbeats")
+
+    def _on_crash(self, now: float, reason: str) -> None:
+        self.consecutive_failures += 1
+        cur = self.current
+        self.current = None
+        if cur is not None:
+            job = self.store.requeue(cur.job.id, self.wall(), crashed=True,
+                                     error_kind=FailureKind.CRASHED.value, error=reason)
+            page = f" on page {cur.page_idx + 1}" if cur.page_idx is not None else ""
+            log.error("job %s: %s%s (crash %d of %d)", job.id, reason, page, job.crashes,
+                      self.cfg.worker.max_attempts)
+            if job.crashes >= self.cfg.worker.max_attempts:
+                self._fail_job(
+                    job,
+                    FailureKind.CRASHED.value,
+                    f"{reason}{page}, {job.crashes} times; giving up on this document",
+                )
+        else:
+            log.error("%s", reason)
+        self._schedule_restart(now)
