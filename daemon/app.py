@@ -102,11 +102,7 @@ class Daemon:
         publisher = Publisher(self.cfg, self.store, self.wall)
         self.ingestor = Ingestor(self.cfg, self.store, self.wall)
         self.supervisor = Supervisor(self.cfg, self.store, publisher, wall=self.wall)
-        self.watcher = Watcher(
-            self.cfg.inboxes,
-            stability_seconds=self.cfg.stability_seconds,
-            rescan_seconds=self.cfg.rescan_seconds,
-        )
+        self.watcher = Watcher.from_config(self.cfg)
         self.watcher.start()
         self.started_wall = self.wall()
         for w in self.watcher.describe():

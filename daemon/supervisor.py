@@ -22,6 +22,7 @@ import contextlib
 import enum
 import logging
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -195,7 +196,7 @@ class Supervisor:
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(
             target=worker_main,
-            args=(child, self.cfg, self.engine_name),
+            args=(child, self.cfg, self.engine_name, os.getpid()),
             name=f"docinbox-worker[{self.engine_name}]",
             daemon=True,
         )

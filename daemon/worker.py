@@ -74,8 +74,27 @@ def _heartbeat(chan: _Channel, interval: float, stop: threading.Event) -> None:
             return
 
 
-def worker_main(conn: Connection, cfg: Config, engine_name: str) -> None:
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL us when the daemon dies, however it dies.
+
+    Without this, a kill -9 of the daemon (or the OOM killer choosing it) leaves a
+    multi-GB orphan finishing a page nobody will record.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux: the pipe's EOF still ends us after the current page
+
+
+def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int = 0) -> None:
     """Entry point of the child process."""
+    _die_with_parent()
+    if parent_pid and os.getppid() != parent_pid:
+        return  # the daemon died before prctl took effect
     # The daemon handles SIGINT/SIGTERM and tells us to stop between pages; a Ctrl-C in
     # the terminal must not kill us mid-page.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Set up docinbox on a fresh Debian/Ubuntu machine: system packages, .venv, the package.
+# Idempotent: run it again after `git pull`.
+#   bash scripts/setup.sh          # runtime
+#   bash scripts/setup.sh --dev    # + test tools and the programs the integration tests drive
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DEV=0
+[[ "${1:-}" == "--dev" ]] && DEV=1
+
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
+
+need_apt=()
+command -v pdftoppm >/dev/null 2>&1 || need_apt+=(poppler-utils)
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [[ $DEV -eq 1 ]]; then
+  # Real writers and a FUSE mount for the integration tests (see docs/reliability.md).
+  for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+  done
+fi
+if [[ ${#need_apt[@]} -gt 0 ]]; then
+  echo "setup: installing ${need_apt[*]} with apt"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
+fi
+
+if [[ ! -x .venv/bin/python ]]; then
+  python3 -m venv .venv
+fi
+PY=.venv/bin/python
+$PY -m pip install -q --upgrade pip
+# torch is installed first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+# Where PyPI only offers the CUDA build, point TORCH_INDEX_URL at PyTorch's CPU wheel index.
+if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+  if [[ -n "${TORCH_INDEX_URL:-}" ]]; then
+    $PY -m pip install -q torch==2.13.0 --index-url "$TORCH_INDEX_URL"
+  else
+    $PY -m pip install -q torch==2.13.0
+  fi
+fi
+if [[ $DEV -eq 1 ]]; then
+  $PY -m pip install -q -e ".[dev]"
+else
+  $PY -m pip install -q -e .
+fi
+mkdir -p inbox
+echo "setup: done. Drop files into ./inbox; results appear in ./outbox."

@@ -1,0 +1,80 @@
+"""Engines that misbehave on purpose, loaded by config as `tests.plugins:FaultEngine`.
+
+OCRmyPDF tests its job control with plugins that crash or run out of memory; these do
+the same for docinbox's supervisor. Each wraps the REAL `lite` engine, so documents that
+get through produce real output; the fault is injected around it, chosen by
+`engine.options`:
+
+    fault: crash | segfault | hang | hog | raise | slow | unavailable
+    on_page: 0            # 0-based page index that triggers the fault (-1: every page)
+    times: 1              # how many times in all (counted in files under marker_dir, so
+                          # the count survives the worker restarts the fault causes)
+    marker_dir: /tmp/x    # required for crash/segfault/hang/hog/raise
+    slow_seconds: 2.0     # fault=slow: extra time per page
+    hog_mb: 600           # fault=hog: memory to grab and keep
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from daemon.config import EngineConfig
+from daemon.engines.base import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
+from daemon.errors import EngineUnavailable
+
+_HOG: list[bytearray] = []
+
+
+class FaultEngine:
+    name = "fault"
+
+    def __init__(self, config: EngineConfig) -> None:
+        from daemon.engines.lite import LiteEngine
+
+        self.opts: dict[str, Any] = dict(config.options)
+        self.inner = LiteEngine(config)
+
+    def load(self) -> EngineInfo:
+        if self.opts.get("fault") == "unavailable":
+            raise EngineUnavailable("test engine says its weights are missing", "make weights")
+        info = self.inner.load()
+        return EngineInfo(name="fault", model_id=info.model_id, details={"wraps": "lite"})
+
+    def _should_fault(self, page_idx: int) -> bool:
+        on = int(self.opts.get("on_page", 0))
+        if on not in (-1, page_idx):
+            return False
+        marker = Path(str(self.opts.get("marker_dir", "/nonexistent")))
+        if not marker.is_dir():
+            return True
+        done = len(list(marker.glob("fault-*")))
+        if done >= int(self.opts.get("times", 1)):
+            return False
+        (marker / f"fault-{done}-{os.getpid()}").write_text(str(page_idx))
+        return True
+
+    def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
+        fault = self.opts.get("fault")
+        if fault == "slow":
+            time.sleep(float(self.opts.get("slow_seconds", 1.0)))
+        elif fault and self._should_fault(page.page_idx):
+            if fault == "crash":
+                os._exit(77)
+            if fault == "segfault":
+                ctypes.string_at(0)  # a real SIGSEGV
+            if fault == "hang":
+                time.sleep(3600)
+            if fault == "hog":
+                _HOG.append(bytearray(int(self.opts.get("hog_mb", 600)) * 1024 * 1024))
+                for i in range(0, len(_HOG[-1]), 4096):  # touch the pages so RSS grows
+                    _HOG[-1][i] = 1
+            if fault == "raise":
+                raise RuntimeError("the test engine broke on purpose")
+        return self.inner.parse_page(page, options, progress)
+
+    def close(self) -> None:
+        self.inner.close()
