@@ -1,0 +1,605 @@
+"""daemon.output: Markdown/content_list rendering, atomic outbox folders, moves, failures."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon import __version__, config, output
+from daemon.engines.base import Block
+from daemon.errors import FailureKind
+
+SHA_A = "a" * 8 + "1" * 56
+SHA_B = "b" * 8 + "2" * 56
+BOX = (0.1, 0.2, 0.5, 0.25)
+
+RealRename = Callable[[Any, Any], None]
+REAL_RENAME: RealRename = os.rename
+
+
+def b(type_: str, text: str = "", **kw: Any) -> Block:
+    return Block(type=type_, bbox=kw.pop("bbox", BOX), text=text, **kw)
+
+
+def every_block_type() -> list[list[Block]]:
+    return [
+        [
+            b("header", "ACME Corp", bbox=(0.1, 0.02, 0.9, 0.05)),
+            b("title", "Annual Report"),  # level 0 on a title -> top heading
+            b("title", "Overview", text_level=2),
+            b("text", "First paragraph.  \r\nsecond line   "),
+            b("text", "Bad\x00 chars\x07 here\tand\x1b tab"),
+            b("list", "- one\n- two"),
+            b("code", "def f():\n    return '```'"),
+            b("table", "", html="<table><tr><td>1</td></tr></table>"),
+            b("table", "a | b"),
+            b("equation", "", latex="E = mc^2"),
+            b("image", ""),
+            b("page_number", "1"),
+            b("footer", "Confidential"),
+        ],
+        [
+            b("text", "ignored", md="**Bold** verbatim  "),
+            b("text", "Last."),
+        ],
+    ]
+
+
+EXPECTED_MD = (
+    "# Annual Report\n"
+    "\n"
+    "## Overview\n"
+    "\n"
+    "First paragraph.\n"
+    "second line\n"
+    "\n"
+    "Bad chars here\tand tab\n"
+    "\n"
+    "- one\n"
+    "- two\n"
+    "\n"
+    "````\n"
+    "def f():\n"
+    "    return '```'\n"
+    "````\n"
+    "\n"
+    "<table><tr><td>1</td></tr></table>\n"
+    "\n"
+    "a | b\n"
+    "\n"
+    "$$\n"
+    "E = mc^2\n"
+    "$$\n"
+    "\n"
+    "**Bold** verbatim\n"
+    "\n"
+    "Last.\n"
+)
+
+
+def test_markdown_every_block_type() -> None:
+    assert output.pages_to_markdown(every_block_type()) == EXPECTED_MD
+
+
+def test_markdown_edge_cases() -> None:
+    assert output.pages_to_markdown([]) == "\n"
+    # Pre-wrapped LaTeX is not wrapped twice; an empty equation/image emits nothing.
+    md = output.pages_to_markdown(
+        [[b("equation", latex="$$ x $$"), b("equation"), b("text", "t", text_level=3)]]
+    )
+    assert md == "$$\nx\n$$\n\n### t\n"
+    assert output.pages_to_markdown([[b("title", "x", text_level=9)]]) == "###### x\n"
+
+
+def test_content_list_every_block_type() -> None:
+    bbox = [100, 200, 500, 250]
+    assert output.content_list(every_block_type()) == [
+        {"type": "header", "text": "ACME Corp", "bbox": [100, 20, 900, 50], "page_idx": 0},
+        {"type": "text", "text": "Annual Report", "text_level": 1, "bbox": bbox, "page_idx": 0},
+        {"type": "text", "text": "Overview", "text_level": 2, "bbox": bbox, "page_idx": 0},
+        {"type": "text", "text": "First paragraph.  \nsecond line   ", "bbox": bbox, "page_idx": 0},
+        {"type": "text", "text": "Bad chars here\tand tab", "bbox": bbox, "page_idx": 0},
+        {
+            "type": "list",
+            "sub_type": "text",
+            "list_items": ["- one", "- two"],
+            "bbox": bbox,
+            "page_idx": 0,
+        },
+        {
+            "type": "code",
+            "sub_type": "code",
+            "code_body": "def f():\n    return '```'",
+            "code_caption": [],
+            "bbox": bbox,
+            "page_idx": 0,
+        },
+        {
+            "type": "table",
+            "img_path": "",
+            "table_caption": [],
+            "table_footnote": [],
+            "table_body": "<table><tr><td>1</td></tr></table>",
+            "bbox": bbox,
+            "page_idx": 0,
+        },
+        {
+            "type": "table",
+            "img_path": "",
+            "table_caption": [],
+            "table_footnote": [],
+            "table_body": "",
+            "text": "a | b",
+            "bbox": bbox,
+            "page_idx": 0,
+        },
+        {
+            "type": "equation",
+            "text": "$$\nE = mc^2\n$$",
+            "text_format": "latex",
+            "bbox": bbox,
+            "page_idx": 0,
+        },
+        {
+            "type": "image",
+            "img_path": "",
+            "image_caption": [],
+            "image_footnote": [],
+            "bbox": bbox,
+            "page_idx": 0,
+        },
+        {"type": "page_number", "text": "1", "bbox": bbox, "page_idx": 0},
+        {"type": "footer", "text": "Confidential", "bbox": bbox, "page_idx": 0},
+        {"type": "text", "text": "ignored", "bbox": bbox, "page_idx": 1},
+        {"type": "text", "text": "Last.", "bbox": bbox, "page_idx": 1},
+    ]
+
+
+def test_content_list_bbox_is_clamped() -> None:
+    [entry] = output.content_list([[b("text", "x", bbox=(-0.1, 0.0004, 1.2, float("nan")))]])
+    assert entry["bbox"] == [0, 0, 1000, 0]
+
+
+# --------------------------------------------------------------------------- outbox
+
+
+def tmp_area(outbox: Path) -> Path:
+    return outbox / output.TMP_DIR_NAME
+
+
+def leftovers(outbox: Path) -> list[Path]:
+    t = tmp_area(outbox)
+    return list(t.iterdir()) if t.exists() else []
+
+
+def write(
+    outbox: Path,
+    sha: str = SHA_A,
+    stem: str = "report",
+    subdir: str = "inbox1",
+    pages: list[list[Block]] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Path:
+    return output.write_document(
+        outbox,
+        subdir,
+        stem,
+        sha,
+        pages if pages is not None else every_block_type(),
+        meta if meta is not None else {"job_id": 7},
+    )
+
+
+def test_write_document_layout_and_no_tmp(tmp_path: Path) -> None:
+    outbox = tmp_path / "outbox"
+    folder = write(outbox)
+    assert folder == outbox.resolve() / "inbox1" / "report"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "report.md",
+        "report.meta.json",
+        "report_content_list.json",
+    ]
+    assert (folder / "report.md").read_text(encoding="utf-8") == EXPECTED_MD
+    meta = json.loads((folder / "report.meta.json").read_text(encoding="utf-8"))
+    assert meta == {"job_id": 7, "sha256": SHA_A, "docinbox_version": __version__}
+    cl = json.loads((folder / "report_content_list.json").read_text(encoding="utf-8"))
+    assert cl == output.content_list(every_block_type())
+    assert not tmp_area(outbox).exists()
+
+
+def test_json_is_utf8_unescaped_and_survives_odd_meta(tmp_path: Path) -> None:
+    meta = {"original_path": "/in/caf\udce9.pdf", "title": "Größe", "ratio": float("nan")}
+    folder = write(tmp_path, meta=meta, pages=[[b("text", "Größe")]])
+    raw = (folder / "report.meta.json").read_text(encoding="utf-8")
+    assert "Größe" in raw  # ensure_ascii=False
+    data = json.loads(raw)
+    assert data["original_path"] == "/in/caf\\xe9.pdf"
+    assert data["ratio"] is None
+
+
+def test_meta_sha_mismatch_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        write(tmp_path, meta={"sha256": SHA_B})
+
+
+def test_crash_on_final_rename_leaves_no_visible_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outbox = tmp_path / "outbox"
+
+    def crash(src: Any, dst: Any) -> None:
+        raise OSError(errno.EIO, "simulated crash")
+
+    monkeypatch.setattr(os, "rename", crash)
+    # A real crash runs no cleanup at all: simulate that too.
+    monkeypatch.setattr(output, "_remove_tree", lambda p: None)
+    with pytest.raises(OSError):
+        write(outbox)
+    assert not (outbox / "inbox1" / "report").exists()
+    visible = [p for p in (outbox / "inbox1").iterdir()]
+    assert visible == []
+    assert len(leftovers(outbox)) == 1
+
+    monkeypatch.undo()
+    assert output.cleanup_orphans(outbox) == 1
+    assert not tmp_area(outbox).exists()
+    assert output.cleanup_orphans(outbox) == 0
+
+
+def test_failed_write_cleans_its_own_staging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def fail(src: Any, dst: Any) -> None:
+        raise PermissionError(errno.EACCES, "denied")
+
+    monkeypatch.setattr(os, "rename", fail)
+    with pytest.raises(PermissionError):
+        write(tmp_path)
+    assert not tmp_area(tmp_path).exists()
+
+
+def test_disk_full_raises_and_leaves_no_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the second file written
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError) as info:
+        write(tmp_path)
+    assert info.value.errno == errno.ENOSPC
+    assert not tmp_area(tmp_path).exists()
+    assert not (tmp_path / "inbox1" / "report").exists()
+
+
+def test_collision_with_other_document_gets_suffix(tmp_path: Path) -> None:
+    first = write(tmp_path, sha=SHA_A)
+    second = write(tmp_path, sha=SHA_B)
+    assert second.name == "report-" + SHA_B[:8]
+    assert (second / "report.md").exists()
+    assert json.loads((first / "report.meta.json").read_text())["sha256"] == SHA_A
+    # Another document whose 8-hex prefix also collides: a longer prefix.
+    sha_c = SHA_B[:8] + "3" * 56
+    third = write(tmp_path, sha=sha_c)
+    assert third.name == "report-" + sha_c[:12]
+    # Reprocessing the suffixed document replaces its own folder, not someone else's.
+    again = write(tmp_path, sha=SHA_B, pages=[[b("text", "v2")]])
+    assert again == second
+    assert (second / "report.md").read_text() == "v2\n"
+    assert (first / "report.md").read_text() == EXPECTED_MD
+
+
+def test_foreign_folder_is_never_overwritten(tmp_path: Path) -> None:
+    foreign = tmp_path / "inbox1" / "report"
+    foreign.mkdir(parents=True)
+    (foreign / "notes.txt").write_text("mine")
+    (foreign / "x.meta.json").write_text("{not json")
+    folder = write(tmp_path)
+    assert folder.name == "report-" + SHA_A[:8]
+    assert (foreign / "notes.txt").read_text() == "mine"
+
+
+def test_same_sha_replaces(tmp_path: Path) -> None:
+    write(tmp_path, pages=[[b("text", "old")]])
+    folder = write(tmp_path, pages=[[b("text", "new")]])
+    assert folder.name == "report"
+    assert (folder / "report.md").read_text() == "new\n"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["report"]
+    assert not tmp_area(tmp_path).exists()
+
+
+def test_replace_failure_rolls_back_to_old(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = write(tmp_path, pages=[[b("text", "old")]])
+
+    def rename(src: Any, dst: Any) -> None:
+        if Path(src).name == "new":
+            raise OSError(errno.EIO, "simulated")
+        REAL_RENAME(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError):
+        write(tmp_path, pages=[[b("text", "new")]])
+    assert (folder / "report.md").read_text() == "old\n"
+    assert not tmp_area(tmp_path).exists()
+
+
+def test_crash_inside_replace_window_is_rolled_forward(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = write(tmp_path, pages=[[b("text", "old")]])
+
+    class Killed(BaseException):
+        pass
+
+    def rename(src: Any, dst: Any) -> None:
+        if Path(src).name == "new":
+            raise Killed  # the process dies right after the old folder was moved aside
+        REAL_RENAME(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(output, "_remove_tree", lambda p: None)
+    # Rollback would run in a living process; a killed one runs nothing.
+    monkeypatch.setattr(output, "_replace", _replace_without_rollback)
+    with pytest.raises(Killed):
+        write(tmp_path, pages=[[b("text", "new")]])
+    assert not folder.exists()  # the window: neither in place...
+    monkeypatch.undo()
+    assert output.cleanup_orphans(tmp_path) == 1
+    assert (folder / "report.md").read_text() == "new\n"  # ...until the restart
+    assert not tmp_area(tmp_path).exists()
+
+
+def _replace_without_rollback(staging: Path, new: Path, final: Path, outbox: Path) -> None:
+    output._write_new_file(
+        staging / output._MARKER,
+        output._json_bytes({"target": list(final.relative_to(outbox).parts)}),
+    )
+    os.rename(final, staging / output._OLD)
+    os.rename(new, final)
+
+
+def test_cleanup_orphans_only_touches_tmp(tmp_path: Path) -> None:
+    write(tmp_path)
+    t = tmp_area(tmp_path)
+    (t / "w-dead").mkdir(parents=True)
+    (t / "w-dead" / "new").mkdir()
+    (t / "stray.part").write_text("x")
+    assert output.cleanup_orphans(tmp_path) == 2
+    assert (tmp_path / "inbox1" / "report" / "report.md").exists()
+    assert not t.exists()
+
+
+@pytest.mark.parametrize(
+    ("stem", "expected"),
+    [
+        ("../../etc/passwd", "_._etc_passwd"),
+        ("..", "document"),
+        ("", "document"),
+        ("   ", "document"),
+        (".hidden", "hidden"),
+        ("line1\nline2\r\x00x", "line1 line2 x"),
+        ("Rechnung März 2024", "Rechnung März 2024"),
+        ("a:b?c*", "a_b_c_"),
+        ("bad\udcffbyte", "bad_byte"),
+        ("rtl\u202eevil", "rtlevil"),
+    ],
+)
+def test_sanitize_stem(stem: str, expected: str) -> None:
+    assert output.sanitize_stem(stem) == expected
+
+
+def test_sanitize_stem_long_names_cut_on_char_boundary() -> None:
+    s = output.sanitize_stem("é" * 300)
+    assert len(s.encode("utf-8")) <= output.MAX_STEM_BYTES
+    assert s == "é" * (output.MAX_STEM_BYTES // 2)
+    assert output.sanitize_stem("x" * 300) == "x" * output.MAX_STEM_BYTES
+
+
+def test_hostile_stem_stays_inside_outbox(tmp_path: Path) -> None:
+    outbox = tmp_path / "outbox"
+    folder = write(outbox, stem="../../etc/passwd\n" + "y" * 300)
+    assert folder.parent == outbox.resolve() / "inbox1"
+    assert "\n" not in folder.name and "/" not in folder.name
+    assert len(folder.name.encode()) <= output.MAX_STEM_BYTES
+
+
+@pytest.mark.parametrize("subdir", ["/abs", "../x", "a/../../b", "a\\..\\b", ".docinbox-tmp"])
+def test_bad_subdir_rejected(tmp_path: Path, subdir: str) -> None:
+    with pytest.raises(ValueError):
+        write(tmp_path, subdir=subdir)
+    with pytest.raises(ValueError):
+        output.move_into(tmp_path / "x", tmp_path / "archive", subdir)
+
+
+def test_empty_subdir_is_root(tmp_path: Path) -> None:
+    assert write(tmp_path, subdir="").parent == tmp_path.resolve()
+    assert write(tmp_path, subdir="a/./b", sha=SHA_B).parent == tmp_path.resolve() / "a" / "b"
+
+
+# --------------------------------------------------------------------------- moves
+
+
+def test_move_into_never_overwrites(tmp_path: Path) -> None:
+    archive = tmp_path / "archive"
+    dests = []
+    for i in range(3):
+        src = tmp_path / "in" / "scan.pdf"
+        src.parent.mkdir(exist_ok=True)
+        src.write_text(f"v{i}")
+        dests.append(output.move_into(src, archive, "sub"))
+        assert not src.exists()
+    assert [d.name for d in dests] == ["scan.pdf", "scan (1).pdf", "scan (2).pdf"]
+    assert [d.read_text() for d in dests] == ["v0", "v1", "v2"]
+    noext = tmp_path / "README"
+    noext.write_text("r")
+    (archive / "README").write_text("existing")
+    assert output.move_into(noext, archive, "").name == "README (1)"
+
+
+def test_move_into_cross_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "in" / "scan.pdf"
+    src.parent.mkdir()
+    src.write_bytes(b"%PDF-1.7 data")
+    os.utime(src, (1_000_000, 1_000_000))
+    archive = tmp_path / "archive"
+    (archive / "s").mkdir(parents=True)
+    (archive / "s" / "scan.pdf").write_text("older")
+
+    def rename(s: Any, d: Any) -> None:
+        if Path(s).parent != Path(d).parent:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        REAL_RENAME(s, d)
+
+    monkeypatch.setattr(os, "rename", rename)
+    dest = output.move_into(src, archive, "s")
+    assert dest.name == "scan (1).pdf"
+    assert dest.read_bytes() == b"%PDF-1.7 data"
+    assert dest.stat().st_mtime == 1_000_000
+    assert not src.exists()
+    assert (archive / "s" / "scan.pdf").read_text() == "older"
+    assert sorted(p.name for p in (archive / "s").iterdir()) == ["scan (1).pdf", "scan.pdf"]
+
+
+def test_cross_device_copy_failure_keeps_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "scan.pdf"
+    src.write_bytes(b"data")
+
+    def rename(s: Any, d: Any) -> None:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError):
+        output.move_into(src, tmp_path / "archive", "")
+    assert src.read_bytes() == b"data"
+    assert list((tmp_path / "archive").iterdir()) == []  # no temp copy left behind
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def error_dict(**kw: Any) -> dict[str, Any]:
+    return {
+        "job_id": 12,
+        "kind": "encrypted",
+        "reason": "No configured password opens it.",
+        "attempts": 1,
+        "sha256": SHA_A,
+        **kw,
+    }
+
+
+def test_write_failure_moves_and_writes_error(tmp_path: Path) -> None:
+    src = tmp_path / "in" / "secret.pdf"
+    src.parent.mkdir()
+    src.write_text("x")
+    failed = tmp_path / "failed"
+    dest = output.write_failure(src, failed, "box", error_dict())
+    assert dest == failed / "box" / "secret.pdf"
+    assert dest.read_text() == "x" and not src.exists()
+    err = json.loads((failed / "box" / "secret.pdf.error.json").read_text(encoding="utf-8"))
+    assert err["file"] == str(src)
+    assert err["kind"] == "encrypted"
+    assert err["attempts"] == 1 and err["job_id"] == 12 and err["sha256"] == SHA_A
+    assert "`passwords:`" in err["hint"] and "docinbox retry 12" in err["hint"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", err["failed_at"])
+    assert [p.name for p in (failed / "box").iterdir() if p.name.startswith(".")] == []
+
+
+def test_write_failure_when_src_vanished(tmp_path: Path) -> None:
+    src = tmp_path / "in" / "gone.pdf"
+    failed = tmp_path / "failed"
+    (failed / "box").mkdir(parents=True)
+    (failed / "box" / "gone.pdf.error.json").write_text("earlier failure")
+    path = output.write_failure(src, failed, "box", error_dict(kind=FailureKind.VANISHED))
+    assert path == failed / "box" / "gone (1).pdf"
+    assert not path.exists()
+    err = json.loads((failed / "box" / "gone (1).pdf.error.json").read_text())
+    assert err["kind"] == "vanished" and err["moved_to"] is None
+    assert err["file"] == str(src)
+    assert (failed / "box" / "gone.pdf.error.json").read_text() == "earlier failure"
+
+
+def test_failed_name_reserves_sidecar(tmp_path: Path) -> None:
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    (failed / "a.pdf.error.json").write_text("orphan record")
+    src = tmp_path / "a.pdf"
+    src.write_text("x")
+    assert output.write_failure(src, failed, "", error_dict()).name == "a (1).pdf"
+    assert (failed / "a (1).pdf.error.json").exists()
+
+
+def test_every_failure_kind_has_a_hint_naming_real_config_keys() -> None:
+    sections = {f.name: f.type for f in dataclasses.fields(config.Config)}
+    section_types = {
+        "limits": config.LimitsConfig,
+        "worker": config.WorkerConfig,
+        "engine": config.EngineConfig,
+    }
+    generic = output.hint_for("no-such-kind")
+    for kind in FailureKind:
+        hint = output.hint_for(kind)
+        assert hint and hint != generic, kind
+        assert hint == output.hint_for(kind.value)
+        for key in re.findall(r"`([a-z_]+(?:\.[a-z_]+)?):?`", hint):
+            head, _, tail = key.partition(".")
+            assert head in sections, key
+            if tail:
+                fields = {f.name for f in dataclasses.fields(section_types[head])}
+                assert tail in fields, key
+    assert "<id>" in output.hint_for(FailureKind.ENCRYPTED)
+    assert "retry 5" in output.hint_for("timeout", 5)
+
+
+# --------------------------------------------------------------------------- logs
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("plain name.pdf", "plain name.pdf"),
+        ("Größe 報告.pdf", "Größe 報告.pdf"),
+        ("evil\nINFO fake line.pdf", "evil\\nINFO fake line.pdf"),
+        ("x\r\x1b[31m.pdf", "x\\r\\x1b[31m.pdf"),
+        ("rtl\u202etxt.exe", "rtl\\u202etxt.exe"),
+        ("bad\udcffbyte", "bad\\xffbyte"),
+        (b"raw\xfe\n", "raw\\xfe\\n"),
+        ("back\\slash", "back\\\\slash"),
+    ],
+)
+def test_safe_display(name: str | bytes, shown: str) -> None:
+    assert output.safe_display(name) == shown
+    assert "\n" not in output.safe_display(name)
+
+
+def test_safe_display_path() -> None:
+    assert output.safe_display(Path("/in/a\nb.pdf")) == "/in/a\\nb.pdf"
+
+
+def test_write_error_file_refreshes_in_place(tmp_path: Path) -> None:
+    held = tmp_path / "failed" / "a.pdf"
+    held.parent.mkdir()
+    held.write_text("x")
+    first = output.write_error_file(held, error_dict(attempts=1))
+    second = output.write_error_file(held, error_dict(attempts=2, kind="timeout"))
+    assert first == second == held.parent / "a.pdf.error.json"
+    err = json.loads(second.read_text())
+    assert err["attempts"] == 2 and err["kind"] == "timeout" and err["moved_to"] == str(held)
+    assert sorted(p.name for p in held.parent.iterdir()) == ["a.pdf", "a.pdf.error.json"]
