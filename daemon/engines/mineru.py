@@ -1,0 +1,465 @@
+"""The `mineru` engine: MinerU2.5 (Qwen2-VL, 1.2B) with transformers + torch on the CPU.
+
+mineru-vl-utils does MinerU's document logic: prompts, parsing the layout step's output,
+cropping block images from the full-resolution page, post-processing (OTSL tables -> HTML,
+equation fixes, list/caption handling) and Markdown assembly. This module wraps it and
+drives its two steps itself instead of calling `MinerUClient.two_step_extract`, because the
+client's transformers backend
+
+- leaves `max_new_tokens` unset (up to 32768 tokens: a degenerate repetition on the CPU
+  would run for an hour); we cap the layout step and each block separately, and
+- recognises all blocks in one call, so `docinbox status` could not show "block k/K".
+
+Driving the steps also lets born-digital PDFs skip the model for text blocks: after the
+layout step, text-like blocks are filled from the PDF's own text layer when it is
+trustworthy (see `fill_from_text_layer`), and only tables, equations, images and untrusted
+text go to the model.
+
+Model loading and precision live in `mineru_model.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from daemon.engines.base import (
+    EQUATION,
+    SOURCE_MODEL,
+    SOURCE_TEXT_LAYER,
+    TABLE,
+    Block,
+    EngineInfo,
+    PageInput,
+    PageOptions,
+    PageResult,
+    ProgressFn,
+)
+from daemon.errors import DocumentError
+
+if TYPE_CHECKING:
+    from daemon.config import EngineConfig
+    from daemon.render import TextLine
+
+    from .mineru_model import LoadedModel
+
+# Block types whose content is running text, so a trustworthy PDF text layer can stand in
+# for the model. Code is not here (indentation is lost in text layers), nor are
+# tables/equations/images (structure, LaTeX and pixels need the model).
+TEXT_LIKE_TYPES = frozenset(
+    {
+        "text",
+        "title",
+        "doc_title",
+        "paragraph_title",
+        "list_item",
+        "ref_text",
+        "index",
+        "aside_text",
+        "header",
+        "footer",
+        "page_number",
+        "page_footnote",
+        "caption",
+        "table_caption",
+        "image_caption",
+        "code_caption",
+        "footnote",
+        "table_footnote",
+        "image_footnote",
+    }
+)
+
+# Heading depth per title type. MinerU2.5-2509 mostly emits plain `title`.
+TITLE_LEVELS = {"doc_title": 1, "title": 1, "paragraph_title": 2}
+# Types without text of their own: the output writer renders them (e.g. an image link).
+NO_MARKDOWN_TYPES = frozenset({"image", "chart"})
+
+_HEADING_RE = re.compile(r"^(#{1,6})\s+")
+_EQ_WRAP_RE = re.compile(r"^\s*\\\[\s*(.*?)\s*\\\]\s*$", re.DOTALL)
+
+
+@dataclass
+class Prediction:
+    text: str
+    tokens: int  # decoded (generated) tokens, for throughput numbers
+
+
+# predict(image, prompt, sampling_params, max_new_tokens) -> Prediction
+PredictFn = Callable[[Any, str, Any, int], Prediction]
+# reads the text layer of one page; None when there is none to use
+TextLayerFn = Callable[[PageInput], "Sequence[TextLine] | None"]
+
+
+@dataclass
+class PageStats:
+    layout_seconds: float = 0.0
+    recognition_seconds: float = 0.0
+    text_layer_seconds: float = 0.0
+    decode_tokens: int = 0
+    layout_decode_tokens: int = 0
+    layout_truncated: bool = False
+    truncated_blocks: int = 0
+    text_layer_blocks: int = 0
+    model_blocks: int = 0
+    text_layer: str = "off"  # off | no_pdf | used | untrustworthy | error
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_info(self) -> dict[str, Any]:
+        info = dataclasses.asdict(self)
+        info.update(info.pop("extra"))
+        for key in ("layout_seconds", "recognition_seconds", "text_layer_seconds"):
+            info[key] = round(info[key], 3)
+        return info
+
+
+def client_defaults() -> dict[str, Any]:
+    """MinerUClient's own defaults for its helper (prompts, sizes, post-processing flags).
+
+    Read from the signature instead of copied, so the helper we build for tests (without a
+    model) and the one the engine gets from a real client stay identical across versions.
+    """
+    from mineru_vl_utils import MinerUClient
+
+    params = inspect.signature(MinerUClient.__init__).parameters
+    return {name: p.default for name, p in params.items() if p.default is not p.empty}
+
+
+def make_helper() -> Any:
+    """A `MinerUClientHelper` configured exactly as `MinerUClient(backend="transformers")`."""
+    from mineru_vl_utils.mineru_client import MinerUClientHelper
+
+    d = client_defaults()
+    names = inspect.signature(MinerUClientHelper.__init__).parameters
+    kwargs = {k: v for k, v in d.items() if k in names}
+    return MinerUClientHelper(backend="transformers", **kwargs)
+
+
+def capped(params: Any, max_new_tokens: int) -> Any:
+    """The step's sampling params with an explicit token cap (MinerU leaves it unset)."""
+    from mineru_vl_utils import MinerUSamplingParams
+
+    if params is None:
+        return MinerUSamplingParams(max_new_tokens=max_new_tokens)
+    return dataclasses.replace(params, max_new_tokens=max_new_tokens)
+
+
+def join_text_lines(text: str) -> str:
+    """Text-layer lines of one block -> one paragraph, like the model writes it.
+
+    Lines are joined with a space; a word hyphenated at a line end ("recog-" + "nition")
+    is rejoined when the next line starts in lower case.
+    """
+    out = ""
+    for raw in text.split("\n"):
+        line = raw.strip()
+        if not line:
+            continue
+        if not out:
+            out = line
+        elif re.search(r"[^\W\d_]-$", out) and line[:1].islower():
+            out = out[:-1] + line
+        else:
+            out = f"{out} {line}"
+    return out
+
+
+def fill_from_text_layer(blocks: Sequence[Any], lines: Sequence[TextLine]) -> dict[int, str]:
+    """Fill text-like blocks from the text-layer lines inside their box.
+
+    Returns {id(block): text} for the blocks that were filled (the caller skips the model
+    for those). Blocks whose box holds no text-layer text are left to the model.
+    """
+    from daemon.render import text_in_bbox
+
+    filled: dict[int, str] = {}
+    for block in blocks:
+        if block.type not in TEXT_LIKE_TYPES:
+            continue
+        text = join_text_lines(text_in_bbox(lines, tuple(block.bbox)))
+        if text:
+            block.content = text
+            filled[id(block)] = text
+    return filled
+
+
+def run_page(
+    page: PageInput,
+    options: PageOptions,
+    progress: ProgressFn,
+    *,
+    helper: Any,
+    prompts: dict[str, str],
+    sampling_params: dict[str, Any],
+    predict: PredictFn,
+    text_layer: TextLayerFn | None,
+) -> PageResult:
+    """One page through MinerU's two steps. Model-free apart from `predict`.
+
+    Separated from the engine class so tests can drive the parsing, text-layer fill,
+    post-processing and mapping with canned model outputs.
+    """
+    stats = PageStats()
+    image = page.image
+
+    # --- step 1: layout on the page resized to MinerU's fixed 1036x1036.
+    progress(0, 1, "layout")
+    t0 = time.monotonic()
+    layout_image = helper.prepare_for_layout(image)
+    layout_prompt = prompts.get("[layout]") or prompts["[default]"]
+    layout_params = sampling_params.get("[layout]") or sampling_params.get("[default]")
+    out = predict(
+        layout_image,
+        layout_prompt,
+        capped(layout_params, options.max_new_tokens_layout),
+        options.max_new_tokens_layout,
+    )
+    blocks = helper.parse_layout_output(out.text)
+    stats.layout_seconds = time.monotonic() - t0
+    stats.layout_decode_tokens = out.tokens
+    stats.decode_tokens += out.tokens
+    stats.layout_truncated = out.tokens >= options.max_new_tokens_layout
+    stats.extra["layout_blocks"] = len(blocks)
+    progress(1, 1, "layout")
+
+    # --- text-layer fill for born-digital PDFs.
+    filled: dict[int, str] = {}
+    if options.text_layer == "auto" and text_layer is not None and page.pdf_path is not None:
+        t1 = time.monotonic()
+        try:
+            lines = text_layer(page)
+        except DocumentError:
+            # A broken text layer on a page that rendered fine: the pixels still work.
+            lines, stats.text_layer = None, "error"
+        if lines is not None:
+            from daemon.render import text_layer_is_trustworthy
+
+            if text_layer_is_trustworthy(lines):
+                filled = fill_from_text_layer(blocks, lines)
+                stats.text_layer = "used"
+            else:
+                stats.text_layer = "untrustworthy"
+        stats.text_layer_seconds = time.monotonic() - t1
+    elif options.text_layer == "auto":
+        stats.text_layer = "no_pdf" if page.pdf_path is None else "off"
+
+    # --- step 2: recognition of each remaining block, cropped from the full-resolution page.
+    t2 = time.monotonic()
+    block_images, block_prompts, block_params, indices = helper.prepare_for_extract(image, blocks)
+    # prepare_for_extract drops captions that sit inside an image (MinerU reads those with
+    # the image); forget any we filled so the counts stay true.
+    alive = {id(b) for b in blocks}
+    filled = {key: text for key, text in filled.items() if key in alive}
+    jobs = [
+        (img, prompt, params, idx)
+        for img, prompt, params, idx in zip(
+            block_images, block_prompts, block_params, indices, strict=True
+        )
+        if id(blocks[idx]) not in filled
+    ]
+    total = len(jobs)
+    progress(0, total, "block")
+    for k, (img, prompt, params, idx) in enumerate(jobs, start=1):
+        cap = options.max_new_tokens_block
+        result = predict(img, prompt, capped(params, cap), cap)
+        blocks[idx].content = result.text
+        stats.decode_tokens += result.tokens
+        stats.truncated_blocks += int(result.tokens >= cap)
+        progress(k, total, "block")
+    stats.recognition_seconds = time.monotonic() - t2
+    stats.model_blocks = total
+    stats.text_layer_blocks = len(filled)
+
+    # --- MinerU's post-processing, then our Blocks.
+    processed = helper.post_process(blocks)
+    for block in processed:
+        # MinerU's text fixers target model LaTeX/Markdown; text-layer text stays verbatim.
+        if id(block) in filled:
+            block.content = filled[id(block)]
+    return PageResult(blocks=to_blocks(processed, set(filled)), info=stats.as_info())
+
+
+def to_blocks(content_blocks: Sequence[Any], text_layer_ids: set[int]) -> list[Block]:
+    """Map post-processed ContentBlocks to our Blocks, with per-block Markdown.
+
+    Markdown comes from mineru-vl-utils' `json2md`: joining every non-empty `Block.md` with
+    blank lines gives exactly the page Markdown json2md assembles, including its merging of
+    text blocks flagged `merge_prev` (a paragraph continued after a column/page break) into
+    the preceding text block: the merged text sits in the first block's md and the
+    continuation's md is "". One deliberate difference: titles get `#` marks (json2md emits
+    them bare; MinerU's own Markdown writer renders them as headings).
+    """
+    from mineru_vl_utils.post_process.json2markdown import json2md
+
+    blocks: list[Block] = []
+    runs: dict[int, list[Any]] = {}  # index in `blocks` of a text head -> its merged run
+    head: int | None = None
+    for cb in content_blocks:
+        content: str = cb.content or ""
+        x0, y0, x1, y1 = (float(v) for v in cb.bbox)
+        block = Block(
+            type=cb.type,
+            bbox=(x0, y0, x1, y1),
+            angle=cb.angle,
+            source=SOURCE_TEXT_LAYER if id(cb) in text_layer_ids else SOURCE_MODEL,
+        )
+        if cb.type == TABLE:
+            is_html = content.lstrip().lower().startswith("<table")
+            block.html = content if is_html else None
+            block.text = "" if is_html else content
+        elif cb.type == EQUATION:
+            match = _EQ_WRAP_RE.match(content)
+            block.latex = match.group(1) if match else content
+        elif cb.type in TITLE_LEVELS:
+            heading = _HEADING_RE.match(content)
+            block.text_level = len(heading.group(1)) if heading else TITLE_LEVELS[cb.type]
+            block.text = content[heading.end() :] if heading else content
+        else:
+            block.text = content
+
+        if cb.type in NO_MARKDOWN_TYPES and not content:
+            block.md = None
+        elif not content:
+            block.md = ""
+        elif cb.get("merge_prev", False) and head is not None:
+            runs[head].append(cb)
+            blocks[head].md = json2md(runs[head])
+            block.md = ""
+        elif cb.type in TITLE_LEVELS:
+            block.md = "#" * block.text_level + " " + block.text
+        else:
+            block.md = json2md([{"type": cb.type, "content": content}])
+        merged = bool(cb.get("merge_prev", False)) and head is not None
+        if content and not merged and cb.type == "text":
+            head = len(blocks)
+            runs[head] = [cb]
+        blocks.append(block)
+    return blocks
+
+
+def route_loguru_to_logging() -> None:
+    """Send mineru-vl-utils' loguru messages to stdlib logging (logger "mineru_vl_utils").
+
+    loguru's default sink prints everything from DEBUG up to stderr, including the raw
+    layout output of every page; the worker's logging config should decide instead.
+    Only this worker process uses loguru, so replacing its sinks has no other effect.
+    """
+    from loguru import logger as loguru_logger
+
+    std = logging.getLogger("mineru_vl_utils")
+
+    def sink(message: Any) -> None:
+        record = message.record
+        # loguru's level numbers match stdlib's for DEBUG/INFO/WARNING/ERROR/CRITICAL.
+        std.log(record["level"].no, "%s", record["message"])
+
+    loguru_logger.remove()
+    loguru_logger.add(sink, level="DEBUG", format="{message}")
+
+
+class _TokenCounter:
+    """A generate() streamer that only counts generated tokens.
+
+    transformers calls put() once with the prompt, then once per new token.
+    """
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self._prompt_seen:
+            self._prompt_seen = True
+            return
+        self.tokens += int(value.numel())
+
+    def end(self) -> None:
+        return None
+
+
+class MinerUEngine:
+    """Engine `mineru`. Constructed with the engine config; `load()` once per worker."""
+
+    name = "mineru"
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self._loaded: LoadedModel | None = None
+        self._client: Any = None
+
+    def load(self) -> EngineInfo:
+        from transformers.utils import logging as hf_logging
+
+        from daemon.engines.mineru_model import load_model
+
+        # Worker logs go to journald/files: progress bars there are noise.
+        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+        route_loguru_to_logging()
+        loaded = load_model(
+            self.config.model, self.config.revision, self.config.precision, self.config.threads
+        )
+        from mineru_vl_utils import MinerUClient
+
+        self._client = MinerUClient(
+            backend="transformers",
+            model=loaded.model,
+            processor=loaded.processor,
+            use_tqdm=False,
+        )
+        self._loaded = loaded
+        return EngineInfo(
+            name=self.name,
+            model_id=self.config.model,
+            revision=loaded.weights.commit or self.config.revision,
+            precision=loaded.precision,
+            details={
+                "threads": loaded.threads,
+                "dtype_vision": loaded.dtype_vision,
+                "dtype_decoder": loaded.dtype_decoder,
+                "requested_precision": self.config.precision,
+                "weights_path": str(loaded.weights.path),
+                "load_seconds": round(loaded.load_seconds, 2),
+            },
+        )
+
+    def _predict(self, image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
+        counter = _TokenCounter()
+        # The transformers client forwards extra kwargs to model.generate().
+        text = self._client.client.predict(image, prompt, params, streamer=counter)
+        return Prediction(text=text, tokens=counter.tokens)
+
+    @staticmethod
+    def _text_layer(page: PageInput) -> Sequence[TextLine] | None:
+        if page.pdf_path is None:
+            return None
+        from daemon.render import pdf_text_layer
+
+        return pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
+
+    def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
+        if self._client is None:
+            raise RuntimeError("MinerUEngine.parse_page() before load()")
+        import torch
+
+        with torch.inference_mode():
+            return run_page(
+                page,
+                options,
+                progress,
+                helper=self._client.helper,
+                prompts=self._client.prompts,
+                sampling_params=self._client.sampling_params,
+                predict=self._predict,
+                text_layer=self._text_layer,
+            )
+
+    def close(self) -> None:
+        # Dropping the references is enough: the worker process exits or recycles soon.
+        self._client = None
+        self._loaded = None

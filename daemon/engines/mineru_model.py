@@ -1,0 +1,350 @@
+"""Loading MinerU2.5 (a Qwen2-VL checkpoint) for CPU inference: weights, processor, precision.
+
+Kept apart from the page pipeline (`mineru.py`) so `docinbox model info` can check that a
+checkpoint loads without pulling in the engine, and so every torch/transformers import
+stays inside functions: importing this module costs nothing in the daemon process.
+
+Precisions (config `engine.precision`), and what each costs:
+
+- ``fp32``: reference numerics. Slowest decode, ~4.8 GB RSS for the 1.2B checkpoint.
+- ``bf16``: everything in bfloat16, half the memory. Only fast on CPUs with native bf16
+  (AVX512_BF16 / AMX); elsewhere PyTorch emulates it and it is *slower* than fp32. bf16 has
+  an 8-bit mantissa: the vision tower's patch features are the most sensitive part, which is
+  why `mixed` exists.
+- ``mixed``: vision tower in fp32 (accurate pixel features, it runs once per image), decoder
+  and lm_head in bf16 (memory-bandwidth bound token-by-token decode, where halving the
+  weight bytes pays). The merger's output is cast to the decoder dtype. Greedy decoding from
+  bf16 logits can flip near-tie tokens compared with fp32; MinerU's own CPU guidance uses
+  bf16 decoders, so this is the expected trade-off.
+- ``int8``: vision fp32; every nn.Linear of the decoder and lm_head replaced by PyTorch's
+  dynamic int8 linear (per-output-channel weight scales, activations quantised per batch at
+  run time). Smallest decoder and fast int8 GEMMs on AVX2/VNNI. Accuracy is UNVERIFIED on the
+  real weights (no hub access while this was written): dynamic int8 on a 0.5B-class decoder
+  usually costs a little accuracy, and OCR is sensitive to single-token flips (digits,
+  table structure tokens). Measure before making it a default.
+- ``auto``: ``bf16`` when /proc/cpuinfo shows avx512_bf16 or amx_bf16, otherwise ``mixed``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon.errors import EngineUnavailable
+
+DEFAULT_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
+PULL_HINT = "docinbox model pull"
+PRECISIONS = ("auto", "fp32", "bf16", "mixed", "int8")
+
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+@dataclass(frozen=True)
+class ResolvedWeights:
+    """Where a checkpoint lives on this machine."""
+
+    path: Path  # folder with config.json, *.safetensors, tokenizer and processor files
+    model_id: str  # as configured (hub id or folder)
+    commit: str | None  # hub commit hash of the snapshot, when known
+    local_folder: bool  # True when `model` was a folder rather than a hub id
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # Qwen2VLForConditionalGeneration
+    processor: Any  # ImageOnlyQwen2VLProcessor
+    weights: ResolvedWeights
+    precision: str  # effective: fp32 | bf16 | mixed | int8
+    threads: int
+    dtype_vision: str
+    dtype_decoder: str
+    load_seconds: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def looks_like_path(model: str) -> bool:
+    """A hub id is `owner/name`; anything else that names a folder is a folder."""
+    return model.startswith(("/", ".", "~")) or model.count("/") > 1 or "\\" in model
+
+
+def commit_of(path: Path) -> str | None:
+    """The commit hash when `path` is a snapshot folder of the Hugging Face cache."""
+    if path.parent.name == "snapshots" and _COMMIT_RE.match(path.name):
+        return path.name
+    return None
+
+
+def resolve_weights(model: str, revision: str | None) -> ResolvedWeights:
+    """Find the checkpoint locally, without touching the network.
+
+    The daemon never downloads weights itself: a multi-GB download hidden inside a worker's
+    startup would fight the startup timeout and surprise the user. `docinbox model pull`
+    downloads explicitly; here we only look in the folder / HF cache, so a box without
+    weights (or offline) fails in milliseconds and the daemon can start its fallback engine.
+    """
+    folder = Path(model).expanduser()
+    if folder.is_dir():
+        _check_complete(folder, model)
+        return ResolvedWeights(folder.resolve(), model, commit_of(folder.resolve()), True)
+    if looks_like_path(model):
+        raise EngineUnavailable(
+            f"model folder {model} does not exist",
+            hint="set engine.model to a folder with the MinerU2.5 checkpoint, or to a hub id"
+            f" and run `{PULL_HINT}`",
+        )
+
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        # local_files_only: a cache lookup only, no HTTP (so no network timeouts offline).
+        snapshot = Path(
+            str(snapshot_download(repo_id=model, revision=revision, local_files_only=True))
+        )
+    except (LocalEntryNotFoundError, FileNotFoundError) as exc:
+        where = f"{model}" + (f"@{revision}" if revision else "")
+        raise EngineUnavailable(
+            f"MinerU weights {where} are not in the Hugging Face cache "
+            f"({_hf_cache_dir()}); the engine does not download them by itself",
+            hint=PULL_HINT + (f" --model {model}" if model != DEFAULT_MODEL else ""),
+        ) from exc
+    except (HFValidationError, ValueError) as exc:
+        raise EngineUnavailable(
+            f"engine.model {model!r} is neither a folder nor a valid hub id: {exc}",
+            hint="set engine.model to a hub id like opendatalab/MinerU2.5-2509-1.2B or a folder",
+        ) from exc
+    except OSError as exc:
+        raise EngineUnavailable(
+            f"cannot read the Hugging Face cache for {model}: {exc}", hint=PULL_HINT
+        ) from exc
+    _check_complete(snapshot, model)
+    return ResolvedWeights(snapshot, model, commit_of(snapshot) or revision, False)
+
+
+def _hf_cache_dir() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def _check_complete(folder: Path, model: str) -> None:
+    """A half-finished download leaves a snapshot without weights: report it as such."""
+    missing = [name for name in ("config.json",) if not (folder / name).is_file()]
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        missing.append("*.safetensors")
+    if missing:
+        raise EngineUnavailable(
+            f"MinerU checkpoint at {folder} is incomplete (missing {', '.join(missing)})",
+            hint=PULL_HINT + (f" --model {model}" if not looks_like_path(model) else ""),
+        )
+
+
+def cpu_flags() -> set[str]:
+    """x86 feature flags from /proc/cpuinfo (empty where it does not exist, e.g. macOS)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def auto_precision(flags: set[str] | None = None) -> str:
+    """bf16 everywhere only where the CPU computes bf16 natively; else `mixed`."""
+    flags = cpu_flags() if flags is None else flags
+    if {"avx512_bf16", "amx_bf16"} & flags:
+        return "bf16"
+    return "mixed"
+
+
+def default_threads() -> int:
+    """Physical cores: SMT siblings share the FPUs and only add contention to GEMMs."""
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def load_processor(folder: Path) -> Any:
+    """Image-only Qwen2-VL processor (tokenizer + PIL image processor + chat template).
+
+    transformers' AutoProcessor for Qwen2-VL always builds a video processor, and that one
+    requires torchvision, which we do not install (it drags in a CUDA torch). MinerU only
+    sends images, so the processor subclass below drops the video slot, and the image
+    processor is the PIL implementation regardless of what else is installed.
+    """
+    from transformers import Qwen2VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+        Qwen2VLImageProcessorPil,
+    )
+
+    class ImageOnlyQwen2VLProcessor(Qwen2VLProcessor):
+        # ProcessorMixin derives its sub-processors from __init__'s parameter names, so
+        # leaving `video_processor` out of the signature is what removes the video slot.
+        def __init__(
+            self,
+            image_processor: Any = None,
+            tokenizer: Any = None,
+            chat_template: str | None = None,
+            **kwargs: Any,
+        ) -> None:
+            super().__init__(  # type: ignore[no-untyped-call]
+                image_processor, tokenizer, None, chat_template=chat_template, **kwargs
+            )
+
+    processor = ImageOnlyQwen2VLProcessor.from_pretrained(str(folder), local_files_only=True)
+    if not isinstance(processor.image_processor, Qwen2VLImageProcessorPil):
+        processor.image_processor = Qwen2VLImageProcessorPil.from_pretrained(
+            str(folder), local_files_only=True
+        )
+    return processor
+
+
+def _tied_config(folder: Path) -> Any:
+    """Config with `tie_word_embeddings` taken from the raw config.json.
+
+    Same fix as mineru-vl-utils' own loader: transformers 5 keeps the flag on both the
+    top-level and the text sub-config, and MinerU2.5's config.json only sets the top-level
+    one. Left alone, transformers >= 5.10 may treat lm_head as untied and randomly
+    initialise it (the checkpoint does not store it separately): the model then emits
+    garbage. So the raw value wins and is copied to both places.
+    """
+    from transformers import AutoConfig, PretrainedConfig
+
+    config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    raw, _ = PretrainedConfig.get_config_dict(str(folder), local_files_only=True)
+    text_config = config.get_text_config(decoder=True)
+    tied = raw.get("tie_word_embeddings")
+    if tied is None:
+        tied = text_config.tie_word_embeddings
+    text_config.tie_word_embeddings = tied
+    config.tie_word_embeddings = tied
+    return config
+
+
+def load_model(
+    model: str, revision: str | None, precision: str = "auto", threads: int = 0
+) -> LoadedModel:
+    """Resolve, load and cast MinerU2.5 for CPU inference.
+
+    Raises EngineUnavailable (never a bare traceback) when the weights are missing or
+    cannot be loaded.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
+    started = time.monotonic()
+    weights = resolve_weights(model, revision)
+
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    n_threads = threads if threads > 0 else default_threads()
+    torch.set_num_threads(n_threads)
+
+    effective = auto_precision() if precision == "auto" else precision
+    load_dtype = torch.bfloat16 if effective == "bf16" else torch.float32
+    try:
+        processor = load_processor(weights.path)
+        qwen: Any = Qwen2VLForConditionalGeneration.from_pretrained(
+            str(weights.path),  # the resolved snapshot: loading never goes online
+            config=_tied_config(weights.path),
+            # No device_map: it requires `accelerate`, which is not a dependency; without it
+            # from_pretrained loads onto the CPU anyway.
+            attn_implementation="sdpa",
+            dtype=load_dtype,
+            local_files_only=True,
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        # Missing/corrupt files in the snapshot, a config transformers cannot read, ...
+        raise EngineUnavailable(
+            f"cannot load MinerU checkpoint from {weights.path}: {exc}",
+            hint=PULL_HINT if not weights.local_folder else "check the model folder",
+        ) from exc
+    qwen.eval()
+
+    dtype_vision, dtype_decoder = apply_precision(qwen, effective)
+    return LoadedModel(
+        model=qwen,
+        processor=processor,
+        weights=weights,
+        precision=effective,
+        threads=n_threads,
+        dtype_vision=dtype_vision,
+        dtype_decoder=dtype_decoder,
+        load_seconds=time.monotonic() - started,
+    )
+
+
+def apply_precision(qwen: Any, precision: str) -> tuple[str, str]:
+    """Cast/quantise a loaded fp32 (or bf16 for `bf16`) model; return (vision, decoder) dtypes.
+
+    transformers' MinerU client casts pixel_values to `model.dtype`, which is the dtype of
+    the first parameter: the vision tower's patch embedding. Keeping the vision tower first
+    and fp32 therefore keeps the pixels fp32 in `mixed` and `int8`.
+    """
+    import torch
+    from torch import nn
+
+    language_model = qwen.model.language_model
+    if precision in ("fp32", "bf16"):
+        name = "float32" if precision == "fp32" else "bfloat16"
+        return name, name
+    if precision == "mixed":
+        language_model.to(torch.bfloat16)
+        qwen.lm_head.to(torch.bfloat16)  # tied with embed_tokens: same Parameter, one cast
+        _cast_vision_output(qwen, torch.bfloat16)
+        return "float32", "bfloat16"
+    if precision == "int8":
+        try:
+            from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+            from torch.ao.quantization import per_channel_dynamic_qconfig
+            from torch.ao.quantization import quantize_dynamic as _quantize_dynamic
+        except ImportError as exc:  # removed in some future torch: torchao's quantize_
+            raise EngineUnavailable(
+                "precision int8 needs torch.ao.quantization.quantize_dynamic, which this "
+                "torch no longer has",
+                hint="set engine.precision: mixed",
+            ) from exc
+        with warnings.catch_warnings():
+            # torch >= 2.10 marks torch.ao.quantization deprecated in favour of torchao's
+            # quantize_ (not a dependency here); the eager dynamic path still works.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            quantize_dynamic: Any = _quantize_dynamic  # untyped in torch
+            quantize_dynamic(
+                qwen,
+                qconfig_spec={
+                    "model.language_model": per_channel_dynamic_qconfig,
+                    "lm_head": per_channel_dynamic_qconfig,
+                },
+                dtype=torch.qint8,
+                # Linear only: the name-based spec also reaches embed_tokens, and int8
+                # embeddings would need a different (weight-only) scheme for no speed gain.
+                mapping={nn.Linear: DynamicQuantizedLinear},
+                inplace=True,
+            )
+        remaining = [n for n, m in language_model.named_modules() if type(m) is nn.Linear]
+        if remaining:  # would silently run fp32; better to know
+            raise RuntimeError(f"int8: decoder layers left unquantised: {remaining[:3]}")
+        return "float32", "qint8-dynamic"
+    raise ValueError(f"unknown precision {precision!r}")
+
+
+def _cast_vision_output(qwen: Any, dtype: Any) -> None:
+    """Hand the decoder image features in its own dtype.
+
+    transformers' Qwen2-VL casts image embeddings before `masked_scatter` today; the hook
+    makes the contract explicit so a refactor upstream cannot turn it into a dtype error.
+    """
+    merger = qwen.model.visual.merger
+
+    def to_decoder_dtype(_module: Any, _inputs: Any, output: Any) -> Any:
+        return output.to(dtype)
+
+    merger.register_forward_hook(to_decoder_dtype)

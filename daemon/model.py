@@ -1,0 +1,129 @@
+"""`docinbox model pull|info`: fetch MinerU weights explicitly, and report on them.
+
+The daemon never downloads weights on its own (see `engines.mineru_model.resolve_weights`);
+these helpers are the one place that goes online. Everything honours the usual Hugging Face
+environment: HF_HOME / HF_HUB_CACHE (where), HF_ENDPOINT (mirror), HF_HUB_OFFLINE (no network),
+HF_TOKEN. The CLI wiring lives in `daemon.cli`; these functions raise `ModelError` with a
+plain message (and a hint) instead of printing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from daemon.engines.mineru_model import (
+    DEFAULT_MODEL,
+    commit_of,
+    load_model,
+    looks_like_path,
+    resolve_weights,
+)
+from daemon.errors import EngineUnavailable
+
+
+class ModelError(Exception):
+    """A model command failed; `message` is for the user, `hint` what to do next."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+def pull(model: str = DEFAULT_MODEL, revision: str | None = None) -> Path:
+    """Download (or complete, or verify) the checkpoint into the HF cache; return its folder.
+
+    Shows huggingface_hub's own progress bars. Re-running is cheap: files already in the
+    cache are skipped, so an interrupted pull resumes.
+    """
+    folder = Path(model).expanduser()
+    if folder.is_dir() or looks_like_path(model):
+        if not folder.is_dir():
+            raise ModelError(f"model folder {model} does not exist")
+        return folder.resolve()  # a local folder needs no pull
+
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        return Path(str(snapshot_download(repo_id=model, revision=revision)))
+    except LocalEntryNotFoundError as exc:
+        # Raised when the hub cannot be reached (or HF_HUB_OFFLINE=1) and nothing is cached.
+        if constants.HF_HUB_OFFLINE:
+            raise ModelError(
+                f"cannot download {model}: HF_HUB_OFFLINE is set",
+                hint="unset HF_HUB_OFFLINE, or copy the model folder and set engine.model to it",
+            ) from exc
+        raise ModelError(
+            f"cannot reach {constants.ENDPOINT} to download {model}: {exc}",
+            hint="check the network or proxy; HF_ENDPOINT selects a mirror",
+        ) from exc
+    except RevisionNotFoundError as exc:
+        raise ModelError(f"{model} has no revision {revision!r}") from exc
+    except GatedRepoError as exc:
+        raise ModelError(
+            f"{model} is gated: accept its terms on the hub first", hint="set HF_TOKEN"
+        ) from exc
+    except RepositoryNotFoundError as exc:
+        raise ModelError(f"no model {model!r} on {constants.ENDPOINT}") from exc
+    except HFValidationError as exc:
+        raise ModelError(f"{model!r} is not a valid model id: {exc}") from exc
+    except OSError as exc:  # disk full, permissions on the cache, network errors
+        raise ModelError(f"downloading {model} failed: {exc}") from exc
+
+
+def info(
+    model: str = DEFAULT_MODEL, revision: str | None = None, try_load: bool = False
+) -> dict[str, Any]:
+    """Where the weights are, how big, which commit; optionally whether they load.
+
+    Never goes online. With `try_load`, loads processor and model (fp32, default threads)
+    and reports the failure message instead of raising, so `docinbox model info` can show
+    everything it found.
+    """
+    result: dict[str, Any] = {
+        "model": model,
+        "revision": revision,
+        "available": False,
+        "path": None,
+        "commit": None,
+        "size_bytes": None,
+        "files": None,
+        "error": None,
+        "hint": None,
+    }
+    try:
+        weights = resolve_weights(model, revision)
+    except EngineUnavailable as exc:
+        result.update(error=exc.message, hint=exc.hint)
+        return result
+    files = [p for p in weights.path.rglob("*") if p.is_file()]  # follows cache symlinks
+    result.update(
+        available=True,
+        path=str(weights.path),
+        commit=weights.commit or commit_of(weights.path),
+        size_bytes=sum(p.stat().st_size for p in files),
+        files=len(files),
+    )
+    if try_load:
+        result["loads"] = False
+        try:
+            loaded = load_model(model, revision, precision="fp32")
+        except EngineUnavailable as exc:
+            result.update(error=exc.message, hint=exc.hint)
+        else:
+            result.update(
+                loads=True,
+                load_seconds=round(loaded.load_seconds, 2),
+                parameters=sum(p.numel() for p in loaded.model.parameters()),
+                processor=type(loaded.processor).__name__,
+                image_processor=type(loaded.processor.image_processor).__name__,
+            )
+    return result

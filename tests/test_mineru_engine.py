@@ -1,0 +1,358 @@
+"""The `mineru` engine: loading through the production path, every precision, the page
+pipeline with canned model outputs, the PDF text-layer fill, and missing weights.
+
+Real MinerU2.5 weights are not available offline; `tests/tinymodel.py` builds a tiny
+Qwen2-VL checkpoint in the same file layout whose greedy output is one valid layout line,
+so every stage runs on a real (tiny) model.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from daemon.config import EngineConfig, LimitsConfig, Precision
+from daemon.engines import create_engine
+from daemon.engines.base import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
+from daemon.engines.mineru import (
+    Prediction,
+    client_defaults,
+    join_text_lines,
+    make_helper,
+    run_page,
+)
+from daemon.engines.mineru_model import auto_precision, resolve_weights
+from daemon.errors import EngineUnavailable
+from daemon.render import TextLine
+from tests.tinymodel import TINY_LAYOUT, tiny_model_once
+
+LAYOUT_PROMPT = "\nLayout Detection:"
+TEXT_PROMPT = "\nText Recognition:"
+TABLE_PROMPT = "\nTable Recognition:"
+FORMULA_PROMPT = "\nFormula Recognition:"
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny checkpoint per test session (a few seconds to build)."""
+    return tiny_model_once(tmp_path_factory.mktemp("tiny-mineru"))
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, str]] = []
+
+    def __call__(self, done: int, total: int, what: str) -> None:
+        self.calls.append((done, total, what))
+
+
+def box(x0: int, y0: int, x1: int, y1: int, kind: str, tail: str = "") -> str:
+    """One line of MinerU2.5's layout output (coordinates in 0..1000)."""
+    return (
+        f"<|box_start|>{x0:03d} {y0:03d} {x1:03d} {y1:03d}<|box_end|>"
+        f"<|ref_start|>{kind}<|ref_end|><|rotate_up|>{tail}\n"
+    )
+
+
+class FakeModel:
+    """Canned outputs per prompt, in call order; records what the pipeline asked for."""
+
+    def __init__(self, layout: str, outputs: dict[str, list[str]]) -> None:
+        self.layout = layout
+        self.outputs = {k: list(v) for k, v in outputs.items()}
+        self.calls: list[tuple[str, tuple[int, int], int]] = []
+
+    def __call__(self, image: Any, prompt: str, params: Any, cap: int) -> Prediction:
+        assert params.max_new_tokens == cap  # every step is capped explicitly
+        self.calls.append((prompt, image.size, cap))
+        if prompt == LAYOUT_PROMPT:
+            return Prediction(self.layout, 40)
+        return Prediction(self.outputs[prompt].pop(0), 7)
+
+
+def run(
+    fake: FakeModel,
+    *,
+    page: PageInput | None = None,
+    options: PageOptions | None = None,
+    lines: list[TextLine] | None = None,
+    progress: Progress | None = None,
+) -> Any:
+    defaults = client_defaults()
+    page = page or PageInput(Image.new("RGB", (2000, 3000), "white"), 0, 1, 200)
+    return run_page(
+        page,
+        options or PageOptions(max_new_tokens_layout=300, max_new_tokens_block=50),
+        progress or Progress(),
+        helper=make_helper(),
+        prompts=defaults["prompts"],
+        sampling_params=defaults["sampling_params"],
+        predict=fake,
+        text_layer=(lambda _page: lines) if lines is not None else None,
+    )
+
+
+PAGE_LAYOUT = (
+    box(100, 50, 900, 100, "title")
+    + box(100, 120, 900, 300, "text")
+    + box(100, 320, 900, 600, "table")
+    + box(100, 620, 900, 700, "text", "<|txt_contd_tgt|>")
+    + box(300, 720, 700, 780, "equation")
+    + box(100, 800, 500, 950, "image")
+)
+PAGE_OUTPUTS = {
+    TEXT_PROMPT: ["Results", "The first part of a para-", "graph continues here."],
+    TABLE_PROMPT: ["<fcel>A<fcel>B<nl><fcel>1<fcel>2<nl>"],
+    FORMULA_PROMPT: ["E = m c^2"],
+}
+TABLE_HTML = "<table><tr><td>A</td><td>B</td></tr><tr><td>1</td><td>2</td></tr></table>"
+
+
+def test_layout_parsing_recognition_and_markdown_are_exact() -> None:
+    fake = FakeModel(PAGE_LAYOUT, PAGE_OUTPUTS)
+    progress = Progress()
+    result = run(fake, progress=progress)
+
+    assert result.blocks == [
+        Block("title", (0.1, 0.05, 0.9, 0.1), text="Results", text_level=1, angle=0,
+              md="# Results"),
+        # merge_prev: the continuation's text lands in the first block's md, as json2md does.
+        Block("text", (0.1, 0.12, 0.9, 0.3), text="The first part of a para-", angle=0,
+              md="The first part of a para- graph continues here."),
+        Block("table", (0.1, 0.32, 0.9, 0.6), html=TABLE_HTML, angle=0, md=TABLE_HTML),
+        Block("text", (0.1, 0.62, 0.9, 0.7), text="graph continues here.", angle=0, md=""),
+        Block("equation", (0.3, 0.72, 0.7, 0.78), latex="E = m c^2", angle=0,
+              md="\\[\nE = m c^2\n\\]"),
+        Block("image", (0.1, 0.8, 0.5, 0.95), angle=0, md=None),
+    ]  # fmt: skip
+    markdown = "\n\n".join(b.md for b in result.blocks if b.md)
+    assert markdown == (
+        "# Results\n\nThe first part of a para- graph continues here.\n\n"
+        f"{TABLE_HTML}\n\n\\[\nE = m c^2\n\\]"
+    )
+    # Layout on MinerU's fixed 1036x1036 image; blocks cropped from the full 2000x3000 page.
+    assert fake.calls[0] == (LAYOUT_PROMPT, (1036, 1036), 300)
+    assert fake.calls[1:] == [
+        (TEXT_PROMPT, (1600, 150), 50),
+        (TEXT_PROMPT, (1600, 540), 50),
+        (TABLE_PROMPT, (1600, 840), 50),
+        (TEXT_PROMPT, (1600, 240), 50),
+        (FORMULA_PROMPT, (800, 180), 50),
+    ]
+    assert progress.calls == [
+        (0, 1, "layout"),
+        (1, 1, "layout"),
+        *[(k, 5, "block") for k in range(6)],
+    ]
+    info = result.info
+    assert info["model_blocks"] == 5 and info["text_layer_blocks"] == 0
+    assert info["decode_tokens"] == 40 + 5 * 7 and info["layout_decode_tokens"] == 40
+    assert info["text_layer"] == "no_pdf" and info["layout_blocks"] == 6
+    assert info["truncated_blocks"] == 0 and info["layout_truncated"] is False
+    assert all(b.source == SOURCE_MODEL for b in result.blocks)
+
+
+def test_hitting_the_token_cap_is_reported() -> None:
+    fake = FakeModel(box(100, 100, 900, 200, "text"), {TEXT_PROMPT: ["x"]})
+    result = run(fake, options=PageOptions(max_new_tokens_layout=40, max_new_tokens_block=7))
+    assert result.info["layout_truncated"] is True
+    assert result.info["truncated_blocks"] == 1
+
+
+def test_garbage_layout_output_gives_an_empty_page() -> None:
+    result = run(FakeModel("no layout here", {}))
+    assert result.blocks == [] and result.info["model_blocks"] == 0
+
+
+def line(text: str, x0: float, y0: float, x1: float, y1: float) -> TextLine:
+    return TextLine(text=text, bbox=(x0, y0, x1, y1), font_size=10.0)
+
+
+FILL_LAYOUT = (
+    box(100, 50, 900, 100, "title")
+    + box(100, 120, 900, 300, "text")
+    + box(100, 320, 900, 600, "table")
+    + box(100, 650, 900, 700, "text")  # no text-layer lines inside: the model reads it
+)
+FILL_LINES = [
+    line("Quarterly report", 0.12, 0.06, 0.5, 0.09),
+    line("Revenue grew in every recog-", 0.11, 0.13, 0.89, 0.15),
+    line("nition of the market and the", 0.11, 0.16, 0.89, 0.18),
+    line("costs fell.", 0.11, 0.19, 0.4, 0.21),
+    line("A 1 B 2", 0.2, 0.4, 0.8, 0.42),  # inside the table: never used for the table
+]
+
+
+def pdf_page() -> PageInput:
+    return PageInput(
+        Image.new("RGB", (1000, 1400), "white"), 0, 1, 100, pdf_path=Path("/nonexistent.pdf")
+    )
+
+
+def test_text_layer_fills_text_blocks_and_sends_the_table_to_the_model() -> None:
+    fake = FakeModel(
+        FILL_LAYOUT,
+        {TABLE_PROMPT: ["<fcel>A<fcel>B<nl><fcel>1<fcel>2<nl>"], TEXT_PROMPT: ["from model"]},
+    )
+    progress = Progress()
+    result = run(fake, page=pdf_page(), lines=FILL_LINES, progress=progress)
+
+    title, text, table, text2 = result.blocks
+    assert (title.text, title.source, title.md) == (
+        "Quarterly report",
+        SOURCE_TEXT_LAYER,
+        "# Quarterly report",
+    )
+    assert text.text == "Revenue grew in every recognition of the market and the costs fell."
+    assert text.source == SOURCE_TEXT_LAYER
+    assert (table.html, table.source) == (TABLE_HTML, SOURCE_MODEL)
+    assert (text2.text, text2.source) == ("from model", SOURCE_MODEL)
+    assert [c[0] for c in fake.calls] == [LAYOUT_PROMPT, TABLE_PROMPT, TEXT_PROMPT]
+    assert result.info["text_layer"] == "used"
+    assert result.info["text_layer_blocks"] == 2 and result.info["model_blocks"] == 2
+    assert progress.calls[-1] == (2, 2, "block")
+
+
+def test_untrustworthy_or_disabled_text_layer_sends_everything_to_the_model() -> None:
+    outputs = {TABLE_PROMPT: ["<fcel>A<nl>"], TEXT_PROMPT: ["t1", "t2", "t3"]}
+    junk = [line("\ufffd" * 40, 0.11, 0.13, 0.89, 0.15)]
+    result = run(FakeModel(FILL_LAYOUT, outputs), page=pdf_page(), lines=junk)
+    assert result.info["text_layer"] == "untrustworthy"
+    assert result.info["model_blocks"] == 4 and result.info["text_layer_blocks"] == 0
+
+    off = PageOptions(text_layer="off")
+    result = run(FakeModel(FILL_LAYOUT, outputs), page=pdf_page(), lines=FILL_LINES, options=off)
+    assert result.info["text_layer"] == "off" and result.info["model_blocks"] == 4
+
+
+def test_join_text_lines() -> None:
+    assert join_text_lines("a line\nanother") == "a line another"
+    assert join_text_lines("hyphen-\nated") == "hyphenated"
+    assert join_text_lines("Covid-\n19") == "Covid- 19"  # not a broken word
+    assert join_text_lines("") == ""
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "mixed", "int8", "auto"])
+def test_tiny_model_runs_every_stage_in_each_precision(
+    tiny_model: Path, precision: Precision
+) -> None:
+    engine = create_engine("mineru", EngineConfig(model=str(tiny_model), precision=precision))
+    info = engine.load()
+    try:
+        expected = auto_precision() if precision == "auto" else precision
+        assert (info.name, info.model_id, info.precision) == ("mineru", str(tiny_model), expected)
+        assert info.details["threads"] >= 1
+        assert info.details["dtype_vision"] == ("bfloat16" if expected == "bf16" else "float32")
+        assert info.details["dtype_decoder"] == {
+            "fp32": "float32", "bf16": "bfloat16", "mixed": "bfloat16", "int8": "qint8-dynamic"
+        }[expected]  # fmt: skip
+
+        progress = Progress()
+        page = PageInput(Image.new("RGB", (850, 1100), "white"), 0, 1, 100)
+        result = engine.parse_page(page, PageOptions(max_new_tokens_layout=64), progress)
+        # The tiny model writes one text block; recognition "reads" the same line back.
+        [block] = result.blocks
+        assert (block.type, block.bbox, block.angle) == ("text", (0.1, 0.1, 0.9, 0.5), 0)
+        assert block.text == TINY_LAYOUT and block.md == TINY_LAYOUT
+        assert progress.calls == [(0, 1, "layout"), (1, 1, "layout"), (0, 1, "block"),
+                                  (1, 1, "block")]  # fmt: skip
+        assert result.info["model_blocks"] == 1
+        assert result.info["decode_tokens"] == 2 * 8  # 7 layout tokens + end-of-turn, twice
+        assert result.info["layout_seconds"] > 0 and result.info["recognition_seconds"] > 0
+    finally:
+        engine.close()
+
+
+def test_tiny_model_with_a_born_digital_pdf_uses_its_text_layer(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    from daemon.render import inspect, render_page
+    from tests.docgen import make_text_pdf
+
+    body = [f"Line number {i} of the report body text." for i in range(40)]
+    pdf = make_text_pdf(tmp_path / "a.pdf", [body])
+    engine = create_engine("mineru", EngineConfig(model=str(tiny_model), precision="fp32"))
+    engine.load()
+    limits = LimitsConfig()
+    doc = inspect(pdf, passwords=(), limits=limits)
+    page = render_page(
+        pdf, doc, 0, dpi=72, max_long_side=2000, max_image_pixels=limits.max_image_pixels
+    )
+    assert page.pdf_path == pdf
+    result = engine.parse_page(page, PageOptions(), Progress())
+    [block] = result.blocks
+    assert block.source == SOURCE_TEXT_LAYER
+    assert block.text.startswith("Line number") and "of the report body text." in block.text
+    assert result.info["text_layer_blocks"] == 1 and result.info["model_blocks"] == 0
+
+
+def test_hub_id_loads_from_the_hf_cache(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    from daemon.model import info
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--opendatalab--Tiny-MinerU"
+    shutil.copytree(tiny_model, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    weights = resolve_weights("opendatalab/Tiny-MinerU", None)
+    assert weights.commit == commit and not weights.local_folder
+    facts = info("opendatalab/Tiny-MinerU", None, try_load=True)
+    assert facts["available"] and facts["loads"] and facts["commit"] == commit
+    assert facts["size_bytes"] > 100_000
+    assert facts["image_processor"] == "Qwen2VLImageProcessorPil"
+
+
+def test_missing_weights_offline_fail_fast_with_the_pull_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    engine = create_engine("mineru", EngineConfig(model="opendatalab/MinerU2.5-2509-1.2B"))
+    started = time.monotonic()
+    with pytest.raises(EngineUnavailable) as caught:
+        engine.load()
+    assert time.monotonic() - started < 5
+    assert caught.value.hint == "docinbox model pull"
+    assert "not in the Hugging Face cache" in caught.value.message
+
+    with pytest.raises(EngineUnavailable) as caught:
+        create_engine("mineru", EngineConfig(model=str(tmp_path / "no-such-folder"))).load()
+    assert "does not exist" in caught.value.message
+
+
+def test_auto_precision_follows_cpu_flags() -> None:
+    assert auto_precision({"avx2", "avx512_bf16"}) == "bf16"
+    assert auto_precision({"avx2", "amx_bf16"}) == "bf16"
+    assert auto_precision({"avx2", "fma"}) == "mixed"
+    assert auto_precision(set()) == "mixed"
+
+
+def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) -> None:
+    """mineru-vl-utils' loader fix: the raw config.json flag is copied to the text config."""
+    import json
+
+    from daemon.engines.mineru_model import _tied_config
+
+    folder = tmp_path / "tied"
+    shutil.copytree(tiny_model, folder)
+    raw = json.loads((folder / "config.json").read_text())
+    raw["tie_word_embeddings"] = True
+    raw["text_config"]["tie_word_embeddings"] = False
+    (folder / "config.json").write_text(json.dumps(raw))
+    config = _tied_config(folder)
+    assert config.tie_word_embeddings is True
+    assert config.get_text_config(decoder=True).tie_word_embeddings is True
