@@ -94,8 +94,11 @@ class Daemon:
         self.store = Store(self.cfg.db_path)
         recovered = self.store.recover_running(self.wall())
         if recovered:
-            log.warning("recovered %d job(s) left running by an earlier stop: %s",
-                        len(recovered), ", ".join(map(str, recovered)))
+            log.warning(
+                "recovered %d job(s) left running by an earlier stop: %s",
+                len(recovered),
+                ", ".join(map(str, recovered)),
+            )
         removed = output.cleanup_orphans(self.cfg.outbox)
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
@@ -106,19 +109,27 @@ class Daemon:
         self.watcher.start()
         self.started_wall = self.wall()
         for w in self.watcher.describe():
-            log.info("watching %s (%s: %s)", output.safe_display(w["path"]), w["observer"],
-                     w.get("reason", ""))
-        log.info("docinbox %s started; engine %s%s", __version__, self.cfg.engine.name,
-                 f" (fallback {self.cfg.engine.fallback_engine})"
-                 if self.cfg.engine.fallback_engine else "")
+            log.info(
+                "watching %s (%s: %s)",
+                output.safe_display(str(w["path"])),
+                w["observer"],
+                w.get("reason", ""),
+            )
+        log.info(
+            "docinbox %s started; engine %s%s",
+            __version__,
+            self.cfg.engine.name,
+            f" (fallback {self.cfg.engine.fallback_engine})"
+            if self.cfg.engine.fallback_engine
+            else "",
+        )
 
     def close(self) -> None:
         if self.watcher is not None:
             self.watcher.stop()
         if self.store is not None:
             with contextlib.suppress(sqlite3.Error, StoreBusy):
-                self.store.set_runtime({"pid": None, "phase": "stopped",
-                                        "stopped_at": self.wall()})
+                self.store.set_runtime({"pid": None, "phase": "stopped", "stopped_at": self.wall()})
             self.store.close()
         self.lock.release()
         self.notifier.close()
@@ -223,8 +234,10 @@ class Daemon:
 
     def install_signals(self) -> None:
         def on_stop(signum: int, frame: FrameType | None) -> None:
-            log.info("received %s: finishing the current page, then stopping",
-                     signal.Signals(signum).name)
+            log.info(
+                "received %s: finishing the current page, then stopping",
+                signal.Signals(signum).name,
+            )
             self.stop_requested = True
 
         def on_hup(signum: int, frame: FrameType | None) -> None:

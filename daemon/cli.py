@@ -44,8 +44,10 @@ def setup_logging(cfg: Config | None, verbose: bool = False) -> None:
         handlers = [logging.FileHandler(cfg.logging.file, encoding="utf-8")]
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if cfg is not None and cfg.logging.json:
-        fmt = ('{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", '
-               '"message": %(message_json)s}')
+        fmt = (
+            '{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", '
+            '"message": %(message_json)s}'
+        )
         for h in handlers:
             h.addFilter(_json_message)
     if os.environ.get("JOURNAL_STREAM") and cfg is not None and not cfg.logging.json:
@@ -95,8 +97,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def _open_store(cfg: Config) -> Store:
     if not cfg.db_path.exists():
-        print(f"docinbox: no database yet at {cfg.db_path} (has `docinbox run` started?)",
-              file=sys.stderr)
+        print(
+            f"docinbox: no database yet at {cfg.db_path} (has `docinbox run` started?)",
+            file=sys.stderr,
+        )
         raise SystemExit(ExitCode.NOT_FOUND)
     return Store(cfg.db_path, readonly=True)
 
@@ -121,7 +125,7 @@ def status_facts(cfg: Config, store: Store, now: float) -> dict[str, Any]:
     counts = store.counts()
     updated = float(rt.get("updated_at") or 0)
     pid = rt.get("pid")
-    alive = bool(pid) and _pid_alive(int(pid)) and now - updated < 60
+    alive = pid is not None and _pid_alive(int(pid)) and now - updated < 60
     secs = store.page_seconds()
     avg = sum(secs) / len(secs) if secs else None
     remaining_pages = 0
@@ -133,8 +137,13 @@ def status_facts(cfg: Config, store: Store, now: float) -> dict[str, Any]:
     remaining_pages += int(counts["queued"] * avg_pages)
     eta = remaining_pages * avg if avg is not None and remaining_pages else None
     failures = [
-        {"job_id": j.id, "path": j.source_path, "kind": j.error_kind, "error": j.error,
-         "when": j.finished_at}
+        {
+            "job_id": j.id,
+            "path": j.source_path,
+            "kind": j.error_kind,
+            "error": j.error,
+            "when": j.finished_at,
+        }
         for j in store.jobs(JobState.FAILED, limit=5)
     ]
     waiting = [
@@ -186,9 +195,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(facts, indent=2, default=str))
         return ExitCode.OK
-    head = (f"docinbox {facts['version'] or __version__}: running (pid {facts['pid']}, "
-            f"up {_age(facts['uptime'] or 0)})" if facts["running"] else
-            "docinbox: NOT running")
+    head = (
+        f"docinbox {facts['version'] or __version__}: running (pid {facts['pid']}, "
+        f"up {_age(facts['uptime'] or 0)})"
+        if facts["running"]
+        else "docinbox: NOT running"
+    )
     print(head)
     eng = facts["engine"] or {}
     line = f"engine:  {eng.get('name') or cfg.engine.name}"
@@ -203,8 +215,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  STOPPED: {facts['fatal']}")
     w = facts["worker"]
     if facts["running"]:
-        print(f"worker:  {w['phase']}, RSS {_mib(w['rss'])} (peak {_mib(w['peak_rss'])}), "
-              f"{w['restarts'] or 0} restart(s)")
+        print(
+            f"worker:  {w['phase']}, RSS {_mib(w['rss'])} (peak {_mib(w['peak_rss'])}), "
+            f"{w['restarts'] or 0} restart(s)"
+        )
     cur = facts["current"]
     if cur:
         now_line = f"now:     job {cur['job_id']} {Path(cur['path']).name}"
@@ -217,8 +231,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     print("queue:   " + ", ".join(f"{c[s.value]} {s.value}" for s in JobState))
     if facts["seconds_per_page"] is not None:
         eta = facts["eta_seconds"]
-        print(f"speed:   {facts['seconds_per_page']:.1f} s/page"
-              + (f"; ETA ~{_age(eta)}" if eta else ""))
+        print(
+            f"speed:   {facts['seconds_per_page']:.1f} s/page"
+            + (f"; ETA ~{_age(eta)}" if eta else "")
+        )
     for ib in facts["inboxes"]:
         print(f"inbox:   {ib.get('path')} ({ib.get('observer')})")
     for wt in facts["waiting"]:
@@ -282,14 +298,19 @@ def _requeue(store: Store, ids: list[int | None], want: JobState, fn: Any, verb:
             code = ExitCode.NOT_FOUND
             continue
         if job.state != want:
-            print(f"docinbox: job {job.id} is {job.state.value}; only {want.value} jobs can be "
-                  f"{verb}ed", file=sys.stderr)
+            print(
+                f"docinbox: job {job.id} is {job.state.value}; only {want.value} jobs can be "
+                f"{verb}ed",
+                file=sys.stderr,
+            )
             code = ExitCode.NOT_FOUND
             continue
         if not Path(job.read_path).exists():
-            print(f"docinbox: job {job.id}: the original is no longer at {job.read_path} "
-                  "(deleted after success?); drop the file into the inbox again",
-                  file=sys.stderr)
+            print(
+                f"docinbox: job {job.id}: the original is no longer at {job.read_path} "
+                "(deleted after success?); drop the file into the inbox again",
+                file=sys.stderr,
+            )
             code = ExitCode.NOT_FOUND
             continue
         fn(job.id, time.time())
@@ -303,17 +324,16 @@ def cmd_parse(args: argparse.Namespace) -> int:
     path = resolve_config_path(args.config)
     base = load_or_exit(args.config, check=False) if path.exists() else None
     setup_logging(base, args.verbose)
-    return parse_files(
-        [Path(f) for f in args.files], Path(args.output), base, engine=args.engine
-    )
+    return parse_files([Path(f) for f in args.files], Path(args.output), base, engine=args.engine)
 
 
 def cmd_model(args: argparse.Namespace) -> int:
     from daemon import model
+    from daemon.engines.mineru_model import DEFAULT_MODEL
 
     path = resolve_config_path(args.config)
     cfg = load_or_exit(args.config, check=False) if path.exists() else None
-    model_id = args.model or (cfg.engine.model if cfg else model.DEFAULT_MODEL)
+    model_id = args.model or (cfg.engine.model if cfg else DEFAULT_MODEL)
     revision = args.revision or (cfg.engine.revision if cfg else None)
     try:
         if args.model_cmd == "pull":
@@ -321,8 +341,11 @@ def cmd_model(args: argparse.Namespace) -> int:
             print(f"{model_id}: downloaded to {where}")
         else:
             info = model.info(model_id, revision, try_load=not args.no_load)
-            print(json.dumps(info, indent=2, default=str) if args.json else
-                  "\n".join(f"{k}: {v}" for k, v in info.items()))
+            print(
+                json.dumps(info, indent=2, default=str)
+                if args.json
+                else "\n".join(f"{k}: {v}" for k, v in info.items())
+            )
     except Exception as exc:  # network and hub errors: a sentence, not a traceback
         print(f"docinbox: {exc}", file=sys.stderr)
         return ExitCode.ENGINE_UNAVAILABLE
@@ -331,14 +354,16 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--config", "-c", help="config file (default: $DOCINBOX_CONFIG or "
-                        "./config.yaml)")
+    common.add_argument(
+        "--config", "-c", help="config file (default: $DOCINBOX_CONFIG or ./config.yaml)"
+    )
     common.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     p = argparse.ArgumentParser(
-        prog="docinbox", parents=[common],
+        prog="docinbox",
+        parents=[common],
         description="Turn documents dropped into a folder into Markdown and JSON.",
         epilog="exit codes: 0 ok, 1 a document failed (parse), 2 usage, 3 no such job, "
-               "4 engine unavailable, 5 already running, 78 bad configuration",
+        "4 engine unavailable, 5 already running, 78 bad configuration",
     )
     p.add_argument("--version", action="version", version=f"docinbox {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -64,13 +64,17 @@ class Ingestor:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning("cannot read %s: %s (will try again on the next scan)",
-                        output.safe_display(path), exc)
+            log.warning(
+                "cannot read %s: %s (will try again on the next scan)",
+                output.safe_display(path),
+                exc,
+            )
             return None
         if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
             # Still being written after all: the watcher will report it again when stable.
-            log.info("%s changed while hashing; waiting for it to settle",
-                     output.safe_display(path))
+            log.info(
+                "%s changed while hashing; waiting for it to settle", output.safe_display(path)
+            )
             return None
         result = self.store.record_arrival(
             path=str(path),
@@ -86,8 +90,13 @@ class Ingestor:
         if result.duplicate:
             self._dispose_duplicate(path, result)
         else:
-            log.info("queued job %s: %s (%d bytes, sha256 %s)", result.job.id,
-                     output.safe_display(path), st.st_size, digest[:12])
+            log.info(
+                "queued job %s: %s (%d bytes, sha256 %s)",
+                result.job.id,
+                output.safe_display(path),
+                st.st_size,
+                digest[:12],
+            )
         return result
 
     def _dispose_duplicate(self, path: Path, result: IngestResult) -> None:
@@ -98,8 +107,12 @@ class Ingestor:
             if action == "move":
                 dest = output.move_into(path, self.cfg.duplicates, result.job.subdir)
                 self.store.forget_source(str(path))
-                log.info("duplicate of %s: moved %s to %s", what, output.safe_display(path),
-                         output.safe_display(dest))
+                log.info(
+                    "duplicate of %s: moved %s to %s",
+                    what,
+                    output.safe_display(path),
+                    output.safe_display(dest),
+                )
             elif action == "delete":
                 path.unlink()
                 self.store.forget_source(str(path))
@@ -107,5 +120,4 @@ class Ingestor:
             else:
                 log.info("duplicate of %s: kept %s", what, output.safe_display(path))
         except OSError as exc:
-            log.error("duplicate %s could not be %sd: %s", output.safe_display(path),
-                      action, exc)
+            log.error("duplicate %s could not be %sd: %s", output.safe_display(path), action, exc)

@@ -44,11 +44,23 @@ def parse_files(
     with tempfile.TemporaryDirectory(prefix="docinbox-parse-") as tmp:
         t = Path(tmp)
         if base is None:
-            base = Config(inboxes=(), outbox=outdir, archive=t / "a", failed=t / "f",
-                          duplicates=t / "d", state_dir=t / "state")
+            base = Config(
+                inboxes=(),
+                outbox=outdir,
+                archive=t / "a",
+                failed=t / "f",
+                duplicates=t / "d",
+                state_dir=t / "state",
+            )
         cfg = dataclasses.replace(
-            base, inboxes=(), outbox=outdir, archive=t / "a", failed=t / "f",
-            duplicates=t / "d", state_dir=t / "state", after_success="keep",
+            base,
+            inboxes=(),
+            outbox=outdir,
+            archive=t / "a",
+            failed=t / "f",
+            duplicates=t / "d",
+            state_dir=t / "state",
+            after_success="keep",
             on_duplicate="keep",
         )
         if engine:
@@ -57,9 +69,15 @@ def parse_files(
         jobs: list[int] = []
         for f in files:
             st = f.stat()
-            res = store.record_arrival(path=str(f), inbox=str(f.parent), subdir="",
-                                       size=st.st_size, mtime_ns=st.st_mtime_ns,
-                                       sha256=sha256_file(f), now=time.time())
+            res = store.record_arrival(
+                path=str(f),
+                inbox=str(f.parent),
+                subdir="",
+                size=st.st_size,
+                mtime_ns=st.st_mtime_ns,
+                sha256=sha256_file(f),
+                now=time.time(),
+            )
             if res is not None:
                 jobs.append(res.job.id)
         sup = Supervisor(cfg, store, _KeepOriginals(cfg, store, time.time), wall=time.time)
@@ -79,8 +97,11 @@ def _drive(sup: Supervisor, store: Store, jobs: list[int]) -> int:
                     print(f"fix: {sup.fatal_hint}", file=sys.stderr)
                 return ExitCode.ENGINE_UNAVAILABLE
             states = [store.job(j) for j in jobs]
-            finished = sum(1 for j in states if j and j.state in
-                           (JobState.DONE, JobState.FAILED, JobState.DUPLICATE))
+            finished = sum(
+                1
+                for j in states
+                if j and j.state in (JobState.DONE, JobState.FAILED, JobState.DUPLICATE)
+            )
             bar.n = finished
             cur: dict[str, Any] | None = sup.snapshot()["current"]
             if cur and cur.get("page"):

@@ -78,7 +78,11 @@ class Publisher:
         blocks = [[Block.from_dict(b) for b in p["blocks"]] for p in pages]
         stem = Path(job.source_path).stem
         folder = output.write_document(
-            self.cfg.outbox, job.subdir, stem, job.sha256, blocks,
+            self.cfg.outbox,
+            job.subdir,
+            stem,
+            job.sha256,
+            blocks,
             self.meta_for(job, pages, engine),
         )
         self._dispose_original(job)
@@ -113,8 +117,9 @@ class Publisher:
             "file": job.source_path,
         }
         if kind == FailureKind.VANISHED.value and not src.exists():
-            log.warning("job %s: %s vanished; nothing to move to failed/", job.id,
-                        output.safe_display(src))
+            log.warning(
+                "job %s: %s vanished; nothing to move to failed/", job.id, output.safe_display(src)
+            )
         if src.is_relative_to(self.cfg.failed):
             # A retry that failed again: the original is already in failed/; refresh its
             # error file in place instead of moving it to "name (1).pdf".

@@ -252,9 +252,7 @@ class Store:
         row = c.execute(self._JOB_SELECT + " WHERE jobs.id = ?", (job_id,)).fetchone()
         return Job.from_row(dict(row)) if row else None
 
-    def _set_state(
-        self, c: sqlite3.Connection, job_id: int, new: JobState, **fields: Any
-    ) -> Job:
+    def _set_state(self, c: sqlite3.Connection, job_id: int, new: JobState, **fields: Any) -> Job:
         job = self._job(c, job_id)
         if job is None:
             raise KeyError(job_id)
@@ -375,7 +373,12 @@ class Store:
     def start_job(self, job_id: int, now: float, engine: str) -> Job:
         with self.tx() as c:
             job = self._set_state(
-                c, job_id, JobState.RUNNING, started_at=now, engine=engine, error=None,
+                c,
+                job_id,
+                JobState.RUNNING,
+                started_at=now,
+                engine=engine,
+                error=None,
                 error_kind=None,
             )
             c.execute("UPDATE jobs SET attempts = attempts + 1 WHERE id = ?", (job_id,))
@@ -431,8 +434,13 @@ class Store:
     def finish_job(self, job_id: int, now: float, output_dir: str, seconds: float) -> Job:
         with self.tx() as c:
             job = self._set_state(
-                c, job_id, JobState.DONE, finished_at=now, output_dir=output_dir,
-                seconds=seconds, not_before=0,
+                c,
+                job_id,
+                JobState.DONE,
+                finished_at=now,
+                output_dir=output_dir,
+                seconds=seconds,
+                not_before=0,
             )
             self._bump(c, "documents_done_total")
             return job
@@ -440,7 +448,12 @@ class Store:
     def fail_job(self, job_id: int, now: float, kind: str, error: str) -> Job:
         with self.tx() as c:
             job = self._set_state(
-                c, job_id, JobState.FAILED, finished_at=now, error_kind=kind, error=error,
+                c,
+                job_id,
+                JobState.FAILED,
+                finished_at=now,
+                error_kind=kind,
+                error=error,
                 not_before=0,
             )
             self._bump(c, "documents_failed_total")
@@ -459,7 +472,11 @@ class Store:
         """Back to the queue: after a worker crash, a daemon stop, or a transient error."""
         with self.tx() as c:
             job = self._set_state(
-                c, job_id, JobState.QUEUED, not_before=not_before, error_kind=error_kind,
+                c,
+                job_id,
+                JobState.QUEUED,
+                not_before=not_before,
+                error_kind=error_kind,
                 error=error,
             )
             if crashed:
@@ -490,8 +507,14 @@ class Store:
         """`docinbox retry`: a failed job goes back to the queue with a clean slate."""
         with self.tx() as c:
             job = self._set_state(
-                c, job_id, JobState.QUEUED, not_before=0, crashes=0, error=None,
-                error_kind=None, finished_at=None,
+                c,
+                job_id,
+                JobState.QUEUED,
+                not_before=0,
+                crashes=0,
+                error=None,
+                error_kind=None,
+                finished_at=None,
             )
             return job
 
@@ -499,8 +522,15 @@ class Store:
         """`docinbox reprocess`: a done job runs again from page 0 (e.g. after a fallback)."""
         with self.tx() as c:
             job = self._set_state(
-                c, job_id, JobState.QUEUED, not_before=0, crashes=0, error=None,
-                error_kind=None, finished_at=None, pages_done=0,
+                c,
+                job_id,
+                JobState.QUEUED,
+                not_before=0,
+                crashes=0,
+                error=None,
+                error_kind=None,
+                finished_at=None,
+                pages_done=0,
             )
             c.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
             return job

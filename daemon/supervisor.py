@@ -155,8 +155,10 @@ class Supervisor:
             self.phase_deadline = min(
                 self.phase_deadline, now + self.cfg.worker.shutdown_timeout_seconds
             )
-            log.info("stopping: letting the current page finish (at most %.0f s)",
-                     self.cfg.worker.shutdown_timeout_seconds)
+            log.info(
+                "stopping: letting the current page finish (at most %.0f s)",
+                self.cfg.worker.shutdown_timeout_seconds,
+            )
         elif self.proc is not None:
             self._stop_worker(now, reason="shutdown")
 
@@ -193,6 +195,8 @@ class Supervisor:
     def _spawn(self, now: float) -> None:
         from daemon.worker import worker_main
 
+        if self.worker_started_at is not None:
+            self.restarts += 1  # every start after the first: crashes, recycles, fallbacks
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(
             target=worker_main,
@@ -246,7 +250,6 @@ class Supervisor:
             self.cfg.worker.restart_backoff_max_seconds,
         )
         self.restart_at = now + (delay if self.consecutive_failures else 0.0)
-        self.restarts += 1
         if delay and self.consecutive_failures:
             log.warning("restarting the worker in %.0f s", delay)
 
@@ -278,9 +281,11 @@ class Supervisor:
         if op == "ready":
             self.engine_info = dict(msg[1])
             self.phase = Phase.IDLE
-            self.consecutive_failures = 0 if self.current is None else self.consecutive_failures
-            log.info("worker ready: engine %s (%s)", self.engine_info.get("name"),
-                     self.engine_info.get("model_id") or "no model")
+            log.info(
+                "worker ready: engine %s (%s)",
+                self.engine_info.get("name"),
+                self.engine_info.get("model_id") or "no model",
+            )
             return
         if op == "unavailable":
             self._on_unavailable(now, str(msg[1]), str(msg[2]))
@@ -296,17 +301,27 @@ class Supervisor:
             done = self.store.done_pages(cur.job.id)
             cur.pending = [i for i in range(cur.page_count) if i not in done]
             if done:
-                log.info("job %s: resuming at page %d of %d", cur.job.id,
-                         min(cur.pending, default=cur.page_count) + 1, cur.page_count)
+                log.info(
+                    "job %s: resuming at page %d of %d",
+                    cur.job.id,
+                    min(cur.pending, default=cur.page_count) + 1,
+                    cur.page_count,
+                )
             self._next_page(now)
         elif op == "page_done":
             page_idx, blocks, info, seconds = int(msg[2]), msg[3], msg[4], float(msg[5])
             self.store.save_page(
-                cur.job.id, page_idx, blocks, info, self.engine_info.get("name", "?"),
-                seconds, self.wall(),
+                cur.job.id,
+                page_idx,
+                blocks,
+                info,
+                self.engine_info.get("name", "?"),
+                seconds,
+                self.wall(),
             )
-            log.info("job %s: page %d/%s in %.1f s", cur.job.id, page_idx + 1,
-                     cur.page_count, seconds)
+            log.info(
+                "job %s: page %d/%s in %.1f s", cur.job.id, page_idx + 1, cur.page_count, seconds
+            )
             if self.stopping:
                 self._interrupt_current(now, "the daemon is stopping")
                 self._stop_worker(now, reason="shutdown")
@@ -329,7 +344,10 @@ class Supervisor:
             log.warning(
                 "engine %r cannot run: %s. FALLING BACK to %r; documents are marked with the "
                 "engine used, so you can `docinbox reprocess` them later.%s",
-                self.engine_name, message, fb, f" To fix: {hint}" if hint else "",
+                self.engine_name,
+                message,
+                fb,
+                f" To fix: {hint}" if hint else "",
             )
             self.engine_name = fb
             self.restart_at = now
@@ -394,16 +412,26 @@ class Supervisor:
             why = exc.strerror or str(exc)
             msg = f"waiting: cannot write the outbox ({why}); retry in {delay:.0f} s"
             log.warning("job %s: %s", job.id, msg)
-            self.store.requeue(job.id, self.wall(), not_before=self.wall() + delay,
-                               error_kind=FailureKind.OUTPUT.value, error=msg)
+            self.store.requeue(
+                job.id,
+                self.wall(),
+                not_before=self.wall() + delay,
+                error_kind=FailureKind.OUTPUT.value,
+                error=msg,
+            )
             self.store.bump("output_errors_total")
         else:
             self.store.finish_job(job.id, self.wall(), out, now - cur.started)
             self.docs_this_worker += 1
             self.consecutive_failures = 0
-            log.info("job %s: done in %.1f s -> %s (worker peak RSS %d MiB, engine %s)",
-                     job.id, now - cur.started, out, self.peak_rss >> 20,
-                     self.engine_info.get("name"))
+            log.info(
+                "job %s: done in %.1f s -> %s (worker peak RSS %d MiB, engine %s)",
+                job.id,
+                now - cur.started,
+                out,
+                self.peak_rss >> 20,
+                self.engine_info.get("name"),
+            )
         self.current = None
         self.phase = Phase.IDLE
 
@@ -441,10 +469,10 @@ class Supervisor:
         except psutil.Error:
             self.rss = 0
         if not self.proc.is_alive():
+            was = self.phase
             code = self._reap()
-            if self.phase == Phase.STOPPING or (self.stopping and self.current is None):
-                if self.stopping:
-                    log.info("worker stopped")
+            if was == Phase.STOPPING:
+                log.info("worker stopped")
                 self.restart_at = now
                 return
             self._on_crash(now, f"the worker {exit_reason(code)}")
@@ -488,11 +516,22 @@ class Supervisor:
         cur = self.current
         self.current = None
         if cur is not None:
-            job = self.store.requeue(cur.job.id, self.wall(), crashed=True,
-                                     error_kind=FailureKind.CRASHED.value, error=reason)
+            job = self.store.requeue(
+                cur.job.id,
+                self.wall(),
+                crashed=True,
+                error_kind=FailureKind.CRASHED.value,
+                error=reason,
+            )
             page = f" on page {cur.page_idx + 1}" if cur.page_idx is not None else ""
-            log.error("job %s: %s%s (crash %d of %d)", job.id, reason, page, job.crashes,
-                      self.cfg.worker.max_attempts)
+            log.error(
+                "job %s: %s%s (crash %d of %d)",
+                job.id,
+                reason,
+                page,
+                job.crashes,
+                self.cfg.worker.max_attempts,
+            )
             if job.crashes >= self.cfg.worker.max_attempts:
                 self._fail_job(
                     job,

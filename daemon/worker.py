@@ -25,6 +25,7 @@ worker -> supervisor
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import resource
@@ -104,6 +105,9 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s worker[%(process)d] %(message)s",
     )
+    # `kill -USR1 <worker pid>` prints every thread's stack: how to see where a stuck
+    # page is stuck without a debugger on a headless server.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     chan = _Channel(conn)
     stop = threading.Event()
     hb = threading.Thread(
@@ -150,8 +154,11 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
                 doc = _inspect(render, path, cfg)
                 docs[job_id] = doc
                 chan.send(
-                    ("inspected", job_id,
-                     {"kind": doc.kind, "format": doc.format, "page_count": doc.page_count})
+                    (
+                        "inspected",
+                        job_id,
+                        {"kind": doc.kind, "format": doc.format, "page_count": doc.page_count},
+                    )
                 )
             elif op == "page":
                 doc = docs.get(job_id) or _inspect(render, path, cfg)
@@ -163,13 +170,21 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
             chan.send(("doc_error", job_id, exc.kind.value, exc.message))
         except FileNotFoundError:
             chan.send(
-                ("doc_error", job_id, FailureKind.VANISHED.value,
-                 "the file disappeared from the inbox before it was processed")
+                (
+                    "doc_error",
+                    job_id,
+                    FailureKind.VANISHED.value,
+                    "the file disappeared from the inbox before it was processed",
+                )
             )
         except MemoryError:
             chan.send(
-                ("doc_error", job_id, FailureKind.ENGINE.value,
-                 "ran out of memory on this page; lower engine.dpi or limits.max_image_pixels")
+                (
+                    "doc_error",
+                    job_id,
+                    FailureKind.ENGINE.value,
+                    "ran out of memory on this page; lower engine.dpi or limits.max_image_pixels",
+                )
             )
         except Exception as exc:
             # An engine bug on one page must not take the worker down: report it as this
@@ -178,8 +193,12 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
             where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
             log.exception("engine error on job %s", job_id)
             chan.send(
-                ("doc_error", job_id, FailureKind.ENGINE.value,
-                 f"{type(exc).__name__}: {exc}{where}")
+                (
+                    "doc_error",
+                    job_id,
+                    FailureKind.ENGINE.value,
+                    f"{type(exc).__name__}: {exc}{where}",
+                )
             )
 
 

@@ -57,7 +57,8 @@ def test_text_pdf_and_image_become_markdown_and_duplicates_are_skipped(
     md = (tmp_path / "outbox" / "invoice" / "invoice.md").read_text()
     assert "Quarterly Invoice" in md and "4711" in md and "zebra" in md
     assert md.lstrip().startswith("#")  # the big first line became a heading
-    content = json.loads((tmp_path / "outbox" / "invoice" / "invoice_content_list.json").read_text())
+    out = tmp_path / "outbox" / "invoice"
+    content = json.loads((out / "invoice_content_list.json").read_text())
     assert {c["page_idx"] for c in content} == {0, 1}
     assert all(len(c["bbox"]) == 4 for c in content)
     meta = json.loads((tmp_path / "outbox" / "invoice" / "invoice.meta.json").read_text())

@@ -1,0 +1,204 @@
+"""The supervisor driven tick by tick with a made-up clock, against real worker processes.
+
+Deadlines, backoff and recycling are decided from the `now` we pass in, so a "page that
+takes 15 minutes" is one tick at now+901: no test waits for a deadline in real time. The
+only real waiting is for the worker's answers on its pipe.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.config import Config, load_config
+from daemon.ingest import Ingestor
+from daemon.publish import Publisher
+from daemon.states import JobState
+from daemon.store import Store
+from daemon.supervisor import Phase, Supervisor, exit_reason
+from tests.conftest import write_config
+from tests.docgen import make_text_pdf
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(tmp_path: Path, **overrides: Any) -> tuple[Config, Store, Supervisor, Clock]:
+    cfg = load_config(write_config(tmp_path, **overrides))
+    from daemon.config import check_paths
+
+    assert check_paths(cfg) == []
+    store = Store(cfg.db_path)
+    clock = Clock()
+    sup = Supervisor(cfg, store, Publisher(cfg, store, clock), wall=clock)
+    return cfg, store, sup, clock
+
+
+def queue_pdf(cfg: Config, store: Store, clock: Clock, name: str, pages: int = 1) -> int:
+    path = make_text_pdf(cfg.inboxes[0].path / name, [[f"{name} page {i}"] for i in range(pages)])
+    res = Ingestor(cfg, store, clock).ingest(cfg.inboxes[0], path)
+    assert res is not None
+    return res.job.id
+
+
+def drive(sup: Supervisor, clock: Clock, until: Callable[[], bool], limit: float = 90) -> None:
+    """Tick at the current made-up time until `until()`; waits only on the worker's pipe."""
+    end = time.monotonic() + limit
+    while not until():
+        assert time.monotonic() < end, f"gave up; phase={sup.phase}"
+        sup.tick(clock.now)
+        if sup.conn is not None:
+            sup.conn.poll(0.05)
+
+
+def stop(sup: Supervisor, clock: Clock) -> None:
+    sup.request_stop(clock.now)
+    drive(sup, clock, lambda: sup.stopped)
+
+
+def fault_engine(**options: Any) -> dict[str, Any]:
+    return {"name": "tests.plugins:FaultEngine", "fallback_engine": None, "options": options}
+
+
+def test_processes_a_document_page_by_page(tmp_path: Path) -> None:
+    cfg, store, sup, clock = setup(tmp_path)
+    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=3)
+    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
+    job = store.job(jid)
+    assert job.page_count == 3 and job.pages_done == 3 and job.attempts == 1
+    assert (cfg.outbox / "a" / "a.md").exists()
+    assert (cfg.archive / "a.pdf").exists()
+    assert sup.snapshot()["engine"] == "lite"
+    stop(sup, clock)
+
+
+def test_page_deadline_kills_the_worker_and_fails_the_document(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    marker.mkdir()
+    cfg, store, sup, clock = setup(
+        tmp_path, engine=fault_engine(fault="hang", marker_dir=str(marker)),
+        limits={"page_timeout_seconds": 900},
+        worker={"heartbeat_timeout_seconds": 5000},
+    )
+    jid = queue_pdf(cfg, store, clock, "slow.pdf")
+    drive(sup, clock, lambda: any(marker.iterdir()))  # the worker is inside the hung page
+    pid = sup.proc.pid
+    clock.now += 899  # not yet
+    sup.tick(clock.now)
+    assert sup.proc is not None and sup.proc.pid == pid
+    clock.now += 2
+    sup.tick(clock.now)
+    job = store.job(jid)
+    assert job.state == JobState.FAILED and job.error_kind == "timeout"
+    assert "page 1 took longer than limits.page_timeout_seconds (900 s)" in job.error
+    assert (cfg.failed / "slow.pdf.error.json").exists()
+    # the next document gets a fresh worker (the hang fault fired its one time)
+    jid2 = queue_pdf(cfg, store, clock, "next.pdf")
+    drive(sup, clock, lambda: store.job(jid2).state == JobState.DONE)
+    stop(sup, clock)
+
+
+def test_crash_backoff_and_give_up_after_max_attempts(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    marker.mkdir()
+    cfg, store, sup, clock = setup(
+        tmp_path, engine=fault_engine(fault="crash", times=5, marker_dir=str(marker)),
+        worker={"max_attempts": 3, "restart_backoff_seconds": 10,
+                "restart_backoff_max_seconds": 15},
+    )
+    jid = queue_pdf(cfg, store, clock, "poison.pdf")
+    drive(sup, clock, lambda: store.job(jid).crashes == 1)
+    assert sup.phase == Phase.DOWN and sup.restart_at == clock.now + 10
+    sup.tick(clock.now + 9)
+    assert sup.proc is None  # still backing off
+    clock.now += 10
+    drive(sup, clock, lambda: store.job(jid).crashes == 2)
+    assert sup.restart_at == clock.now + 15  # doubled, capped by restart_backoff_max
+    clock.now += 15
+    drive(sup, clock, lambda: store.job(jid).state == JobState.FAILED)
+    job = store.job(jid)
+    assert job.error_kind == "crashed" and job.crashes == 3
+    assert "exited with status 77" in job.error and "3 times" in job.error
+    stop(sup, clock)
+
+
+def test_fallback_engine_when_the_configured_one_cannot_load(tmp_path: Path) -> None:
+    engine = fault_engine(fault="unavailable")
+    engine["fallback_engine"] = "lite"
+    cfg, store, sup, clock = setup(tmp_path, engine=engine)
+    jid = queue_pdf(cfg, store, clock, "a.pdf")
+    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
+    assert sup.engine_name == "lite"
+    assert "weights are missing" in (sup.fallback_reason or "")
+    assert store.job(jid).engine == "lite"
+    stop(sup, clock)
+
+
+def test_no_fallback_is_fatal_with_the_hint(tmp_path: Path) -> None:
+    _, _, sup, clock = setup(tmp_path, engine=fault_engine(fault="unavailable"))
+    drive(sup, clock, lambda: sup.phase == Phase.FATAL)
+    assert "weights are missing" in (sup.fatal_message or "")
+    assert sup.fatal_hint == "make weights"
+
+
+def test_worker_is_recycled_after_n_documents(tmp_path: Path) -> None:
+    cfg, store, sup, clock = setup(tmp_path, worker={"recycle_after_documents": 1})
+    a = queue_pdf(cfg, store, clock, "a.pdf")
+    drive(sup, clock, lambda: store.job(a).state == JobState.DONE)
+    first = sup.proc.pid if sup.proc else None
+    b = queue_pdf(cfg, store, clock, "b.pdf")
+    drive(sup, clock, lambda: store.job(b).state == JobState.DONE)
+    assert sup.proc is not None and sup.proc.pid != first
+    assert sup.consecutive_failures == 0
+    stop(sup, clock)
+
+
+def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    marker.mkdir()
+    cfg, store, sup, clock = setup(
+        tmp_path, engine=fault_engine(fault="hog", hog_mb=700, marker_dir=str(marker)),
+        worker={"max_rss_mb": 600},
+    )
+    jid = queue_pdf(cfg, store, clock, "big.pdf", pages=3)
+    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
+    job = store.job(jid)
+    assert job.pages_done == 3 and job.crashes == 0
+    assert sup.restarts >= 1  # recycled after the page that grew past max_rss_mb
+    stop(sup, clock)
+
+
+def test_heartbeat_timeout_counts_as_a_crash(tmp_path: Path) -> None:
+    _, _, sup, clock = setup(tmp_path, worker={"heartbeat_timeout_seconds": 30})
+    drive(sup, clock, lambda: sup.phase == Phase.IDLE)
+    clock.now += 31  # as if the worker had said nothing for 31 s
+    sup.tick(clock.now)
+    assert sup.proc is None and sup.consecutive_failures == 1
+
+
+def test_exit_reasons_are_plain_words() -> None:
+    assert "out-of-memory" in exit_reason(-9)
+    assert "SIGSEGV" in exit_reason(-11)
+    assert exit_reason(3) == "exited with status 3"
+
+
+@pytest.mark.parametrize("stop_mid_page", [True])
+def test_stop_lets_the_page_finish_then_requeues(tmp_path: Path, stop_mid_page: bool) -> None:
+    cfg, store, sup, clock = setup(
+        tmp_path, engine=fault_engine(fault="slow", slow_seconds=1.0)
+    )
+    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=3)
+    drive(sup, clock, lambda: sup.current is not None and sup.current.page_idx is not None)
+    sup.request_stop(clock.now)
+    drive(sup, clock, lambda: sup.stopped)
+    job = store.job(jid)
+    assert job.state == JobState.QUEUED and job.pages_done >= 1 and job.crashes == 0
