@@ -81,6 +81,7 @@ class Daemon:
         self.watcher: Watcher | None = None
         self.supervisor: Supervisor | None = None
         self.ingestor: Ingestor | None = None
+        self.publisher: Publisher | None = None
         self.ready_sent = False
         self.next_runtime = 0.0
         self.stop_requested = False
@@ -102,9 +103,9 @@ class Daemon:
         removed = output.cleanup_orphans(self.cfg.outbox)
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
-        publisher = Publisher(self.cfg, self.store, self.wall)
+        self.publisher = Publisher(self.cfg, self.store, self.wall)
         self.ingestor = Ingestor(self.cfg, self.store, self.wall)
-        self.supervisor = Supervisor(self.cfg, self.store, publisher, wall=self.wall)
+        self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
         self.watcher = Watcher.from_config(self.cfg)
         self.watcher.start()
         self.started_wall = self.wall()
@@ -221,10 +222,15 @@ class Daemon:
             log.error("reload refused, keeping the running configuration:\n%s", exc)
             self.notifier.ready(self.status_line())
             return
-        if new.engine != self.cfg.engine or new.state_dir != self.cfg.state_dir:
-            log.warning("engine and state_dir changes take effect after a restart")
+        if new.state_dir != self.cfg.state_dir or new.http != self.cfg.http:
+            log.warning("state_dir and http changes take effect after a restart")
         self.cfg = new
         self.ingestor.cfg = new
+        if self.publisher is not None:
+            self.publisher.cfg = new
+        # passwords, limits and engine settings live in the worker: it is recycled at the
+        # next document boundary to pick them up
+        self.supervisor.update_config(new)
         self.watcher.replace_inboxes(new.inboxes)
         self.watcher.rescan_now()
         log.info("configuration reloaded from %s", output.safe_display(new.source or ""))

@@ -162,6 +162,17 @@ class Supervisor:
         elif self.proc is not None:
             self._stop_worker(now, reason="shutdown")
 
+    def update_config(self, new: Config) -> None:
+        """SIGHUP: the worker holds its own copy of the config (passwords, limits, engine),
+        so a change it needs is applied by recycling it at the next document boundary."""
+        old, self.cfg = self.cfg, new
+        if new.engine != old.engine:
+            self.engine_name = new.engine.name
+            self.fallback_reason = None
+        worker_view = (old.engine, old.limits, old.passwords, old.worker.heartbeat_seconds)
+        if worker_view != (new.engine, new.limits, new.passwords, new.worker.heartbeat_seconds):
+            self.recycle_requested = True
+
     @property
     def stopped(self) -> bool:
         return self.stopping and self.proc is None

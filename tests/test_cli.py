@@ -1,0 +1,187 @@
+"""The command line as a user meets it: real processes, real config files, real exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, wait_for, write_config
+from tests.docgen import make_encrypted_pdf, make_text_image, make_text_pdf
+from tests.tinymodel import tiny_model_once
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", *args], capture_output=True, text=True,
+        cwd=cwd, timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_model_once(tmp_path_factory.mktemp("tiny-qwen2vl"))
+
+
+def test_check_config_reports_every_problem_and_exits_78(tmp_path: Path) -> None:
+    (tmp_path / "inbox").mkdir()
+    cfgfile = tmp_path / "config.yaml"
+    cfgfile.write_text(yaml.safe_dump({
+        "inboxes": [{"path": "inbox", "watch": "sometimes"}],
+        "outbox": "inbox/out",
+        "stabilty_seconds": 3,
+        "engine": {"precision": "fp64"},
+        "passwords": ["hunter2"],
+    }))
+    r = cli("check-config", "--config", str(cfgfile))
+    assert r.returncode == 78, r.stderr
+    for needle in ("inboxes[0].watch", "stabilty_seconds", "stability_seconds",
+                   "engine.precision"):
+        assert needle in r.stderr, (needle, r.stderr)
+    assert "Traceback" not in r.stderr and "hunter2" not in r.stderr
+    # once the file parses, the folder checks run and refuse an outbox inside the inbox
+    cfgfile.write_text(yaml.safe_dump({"inboxes": ["inbox"], "outbox": "inbox/out"}))
+    r = cli("check-config", "--config", str(cfgfile))
+    assert r.returncode == 78 and "outbox" in r.stderr and "inside" in r.stderr, r.stderr
+
+
+def test_shipped_config_checks_clean(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text((REPO / "config.yaml").read_text())
+    (tmp_path / "inbox").mkdir()
+    r = cli("check-config", "--show", env={"DOCINBOX_CONFIG": str(cfg)})
+    assert r.returncode == 0, r.stderr
+    assert "OK" in r.stdout and "name: mineru" in r.stdout
+
+
+def test_parse_one_shot_keeps_originals(tmp_path: Path) -> None:
+    pdf = make_text_pdf(tmp_path / "letter.pdf", [["Dear reader, the parse command works"]])
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4 garbage")
+    out = tmp_path / "out"
+    r = cli("parse", str(pdf), str(broken), "-o", str(out), "--engine", "lite",
+            cwd=tmp_path)
+    assert r.returncode == 1, r.stderr  # one input failed
+    assert "broken.pdf: FAILED: corrupt" in r.stderr
+    assert "parse command works" in (out / "letter" / "letter.md").read_text()
+    assert pdf.exists() and broken.exists()  # never moved by parse
+
+
+def test_status_list_retry_after_adding_the_password(tmp_path: Path, daemon_factory) -> None:
+    d = daemon_factory().start()
+    make_encrypted_pdf(tmp_path / "inbox" / "locked.pdf", "letmein",
+                       pages=[["Quarterly secrets"]])
+    jobs = d.wait_settled(1)
+    assert jobs[0]["state"] == "failed"
+    jid = str(jobs[0]["id"])
+    r = cli("status", "--config", str(d.config))
+    assert r.returncode == 0, r.stderr
+    assert "running (pid" in r.stdout and "1 failed" in r.stdout
+    assert "encrypted" in r.stdout and "no matching password" in r.stdout
+    facts = json.loads(cli("status", "--json", "--config", str(d.config)).stdout)
+    assert facts["counts"]["failed"] == 1 and facts["running"] is True
+    listing = json.loads(cli("list", "--state", "failed", "--json",
+                             "--config", str(d.config)).stdout)
+    assert [j["id"] for j in listing] == [int(jid)]
+
+    # the user adds the password, reloads (SIGHUP) and retries
+    raw = yaml.safe_load(d.config.read_text())
+    raw["passwords"] = ["letmein"]
+    d.config.write_text(yaml.safe_dump(raw))
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.output(), 30, "the reload", d.proc)
+    r = cli("retry", jid, "--config", str(d.config))
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: d.jobs()[0]["state"] == "done", 120, "the retry", d.proc)
+    assert "Quarterly secrets" in d.outputs()[0].read_text()
+    assert (tmp_path / "archive" / "locked.pdf").exists()
+    assert not (tmp_path / "failed" / "locked.pdf").exists()
+    assert cli("retry", "999", "--config", str(d.config)).returncode == 3
+    d.stop()
+
+
+def test_systemd_notify_ready_status_and_watchdog(tmp_path: Path, daemon_factory) -> None:
+    sock_path = tmp_path / "notify.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(sock_path))
+    sock.settimeout(60)
+    d = daemon_factory(env={"NOTIFY_SOCKET": str(sock_path), "WATCHDOG_USEC": "2000000"})
+    d.start()
+    got: list[str] = []
+    try:
+        while not (any("READY=1" in m for m in got) and any("WATCHDOG=1" in m for m in got)
+                   and any("STATUS=" in m for m in got)):
+            got.append(sock.recv(4096).decode())
+    finally:
+        sock.close()
+    ready = next(m for m in got if "READY=1" in m)
+    assert "STATUS=0 queued" in ready and "engine lite" in ready
+    assert f"MAINPID={d.proc.pid}" in ready if d.proc else False
+    d.stop()
+
+
+def test_mineru_engine_end_to_end_with_a_tiny_model(
+    tmp_path: Path, daemon_factory, tiny_model: Path
+) -> None:
+    make_text_image(tmp_path / "scan.png", ["A scanned page for the model"])
+    d = daemon_factory(engine={"name": "mineru", "model": str(tiny_model),
+                               "precision": "fp32", "fallback_engine": "lite"}).start()
+    os.rename(tmp_path / "scan.png", tmp_path / "inbox" / "scan.png")
+    jobs = d.wait_settled(1, timeout=300)
+    assert jobs[0]["state"] == "done", d.output()
+    md = d.outputs()[0]
+    meta = d.meta(md)
+    assert meta["engine"]["name"] == "mineru" and meta["fallback"] is False
+    assert meta["engine"]["model_id"] and meta["engine"]["precision"] == "fp32"
+    page = meta["pages"][0]
+    for key in ("layout_seconds", "recognition_seconds", "model_blocks"):
+        assert key in page, page
+    content = json.loads(md.with_name("scan_content_list.json").read_text())
+    assert isinstance(content, list)
+    d.stop()
+
+
+def test_missing_weights_fall_back_to_lite_loudly(tmp_path: Path, daemon_factory) -> None:
+    d = daemon_factory(
+        engine={"name": "mineru", "model": "opendatalab/MinerU2.5-2509-1.2B",
+                "fallback_engine": "lite"},
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")},
+    ).start()
+    make_text_pdf(tmp_path / "inbox" / "a.pdf", [["Fallback still converts"]])
+    d.wait_settled(1)
+    out = d.output()
+    assert "FALLING BACK" in out and "docinbox model pull" in out
+    meta = d.meta(d.outputs()[0])
+    assert meta["engine"]["name"] == "lite" and meta["fallback"] is True
+    status = cli("status", "--config", str(d.config)).stdout
+    assert "FALLBACK" in status and "docinbox model pull" in status
+    d.stop()
+
+
+def test_missing_weights_without_fallback_exit_4_with_the_fix(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, engine={"name": "mineru", "fallback_engine": None,
+                                         "model": "opendatalab/MinerU2.5-2509-1.2B"})
+    r = cli("run", "--config", str(cfg),
+            env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert r.returncode == 4, r.stderr
+    assert "docinbox model pull" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_second_daemon_on_the_same_state_refuses(tmp_path: Path, daemon_factory) -> None:
+    d = daemon_factory().start()
+    wait_for(lambda: d.runtime().get("phase") == "idle", 60, "the first daemon", d.proc)
+    r = cli("run", "--config", str(d.config))
+    assert r.returncode == 5 and "already running" in r.stderr
+    d.stop()
