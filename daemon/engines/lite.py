@@ -127,6 +127,13 @@ class LiteEngine:
         params: dict[str, Any] = {
             "Global.log_level": "warning",
             "Global.max_side_len": _OCR_MAX_SIDE,
+            # Detection runs on the page scaled to a 960 px long side, PP-OCR's classic
+            # setting. RapidOCR's default ("min" side 736) leaves a 200-DPI page at full
+            # size, where the small det model finds NOTHING on sparse pages (a 12 pt line
+            # on an otherwise empty US Letter page: empty at >= 1280 px, found at 960).
+            # Recognition still reads the boxes from the full-resolution page.
+            "Det.limit_type": "max",
+            "Det.limit_side_len": 960,
             "Det.model_path": str(models["det"]),
             "Cls.model_path": str(models["cls"]),
             "Rec.model_path": str(models["rec"]),
