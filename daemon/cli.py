@@ -26,6 +26,7 @@ from daemon.config import (
     ConfigError,
     check_paths,
     load_config,
+    parse_page_range,
     redacted_dict,
     resolve_config_path,
 )
@@ -324,7 +325,17 @@ def cmd_parse(args: argparse.Namespace) -> int:
     path = resolve_config_path(args.config)
     base = load_or_exit(args.config, check=False) if path.exists() else None
     setup_logging(base, args.verbose)
-    return parse_files([Path(f) for f in args.files], Path(args.output), base, engine=args.engine)
+    if args.pages:
+        try:
+            parse_page_range(args.pages, 10**6)
+        except ValueError:
+            print(f"docinbox: --pages {args.pages!r}: use 1-based pages like 1-3,7 or 2-",
+                  file=sys.stderr)
+            return ExitCode.USAGE
+    return parse_files(
+        [Path(f) for f in args.files], Path(args.output), base, engine=args.engine,
+        pages=args.pages,
+    )
 
 
 def cmd_model(args: argparse.Namespace) -> int:
@@ -375,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     s.add_argument("-o", "--output", default=".", help="output folder (default: .)")
     s.add_argument("--engine", help="engine to use instead of the configured one")
+    s.add_argument("--pages", help="1-based pages to convert, e.g. 1-3,7 (default: all)")
     s.set_defaults(fn=cmd_parse)
 
     s = sub.add_parser("status", parents=[common], help="what the daemon is doing")

@@ -48,7 +48,8 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
 
 # Page-time engine keys an inbox may override (the model itself is loaded once per worker).
 PAGE_OPTION_KEYS: frozenset[str] = frozenset(
-    {"text_layer", "dpi", "max_long_side", "max_new_tokens_layout", "max_new_tokens_block"}
+    {"text_layer", "dpi", "max_long_side", "max_new_tokens_layout", "max_new_tokens_block",
+     "pages"}
 )
 
 
@@ -77,6 +78,9 @@ class EngineConfig:
     max_long_side: int = 4000  # pixels; a page rendered larger is scaled down to this
     max_new_tokens_layout: int = 1536
     max_new_tokens_block: int = 1024
+    # Which pages to convert, 1-based, e.g. "1-3,7" or "2-"; None = all. Pages outside the
+    # document are ignored. Mostly useful per inbox ("first page of every invoice").
+    pages: str | None = None
     ocr_languages: tuple[str, ...] = ()  # lite: reserved for RapidOCR model choice
     # Free-form options for plugin engines (`package.module:Class`).
     options: dict[str, Any] = field(default_factory=dict)
@@ -507,6 +511,33 @@ def _p_subfolder(ctx: _Ctx, key: str, value: Any) -> Any:
     return text
 
 
+def parse_page_range(text: str, page_count: int) -> list[int]:
+    """ "1-3,7,10-" -> 0-based page indexes within page_count. Raises ValueError."""
+    chosen: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        lo = int(first) if first else 1
+        hi = (int(last) if last else page_count) if dash else lo
+        if lo < 1 or hi < lo:
+            raise ValueError(f"bad page range {part!r}")
+        chosen.update(range(lo - 1, min(hi, page_count)))
+    if not chosen and not text.strip(", "):
+        raise ValueError("empty page range")
+    return sorted(chosen)
+
+
+def _p_pages(ctx: _Ctx, key: str, value: Any) -> Any:
+    try:
+        parse_page_range(str(value), 10**6)
+    except ValueError:
+        ctx.problem(key, f"{_echo(value)} is not a page range",
+                    'use 1-based pages like "1-3,7" or "2-" (quoted), or null for all')
+        return _INVALID
+    return str(value)
+
+
 # Page-time keys, shared by `engine:` and `inboxes[].engine_options` so both validate alike.
 _PAGE_FIELDS: Final[dict[str, _Field]] = {
     "text_layer": _Field("text_layer", _p_choice(("auto", "off"))),
@@ -514,6 +545,7 @@ _PAGE_FIELDS: Final[dict[str, _Field]] = {
     "max_long_side": _Field("max_long_side", _p_int(256, 20_000, "pixels")),
     "max_new_tokens_layout": _Field("max_new_tokens_layout", _p_int(1, 131_072)),
     "max_new_tokens_block": _Field("max_new_tokens_block", _p_int(1, 131_072)),
+    "pages": _Field("pages", _p_pages, nullable=True),
 }
 assert set(_PAGE_FIELDS) == PAGE_OPTION_KEYS
 
@@ -1102,6 +1134,7 @@ def page_options_for(cfg: Config, inbox: InboxConfig | None) -> PageOptions:
         "max_long_side": e.max_long_side,
         "max_new_tokens_layout": e.max_new_tokens_layout,
         "max_new_tokens_block": e.max_new_tokens_block,
+        "pages": e.pages,
     }
     if inbox is not None:
         merged.update(inbox.engine_options)
@@ -1109,7 +1142,8 @@ def page_options_for(cfg: Config, inbox: InboxConfig | None) -> PageOptions:
         text_layer=merged["text_layer"],
         max_new_tokens_layout=merged["max_new_tokens_layout"],
         max_new_tokens_block=merged["max_new_tokens_block"],
-        extra={"dpi": merged["dpi"], "max_long_side": merged["max_long_side"]},
+        extra={"dpi": merged["dpi"], "max_long_side": merged["max_long_side"],
+               "pages": merged["pages"]},
     )
 
 
@@ -1185,6 +1219,7 @@ def redacted_dict(cfg: Config) -> dict[str, Any]:
             "max_long_side": e.max_long_side,
             "max_new_tokens_layout": e.max_new_tokens_layout,
             "max_new_tokens_block": e.max_new_tokens_block,
+            "pages": e.pages,
             "ocr_languages": list(e.ocr_languages),
             "options": _redact_options(e.options),
         },

@@ -31,7 +31,12 @@ class _KeepOriginals(Publisher):
 
 
 def parse_files(
-    files: list[Path], outdir: Path, base: Config | None, *, engine: str | None = None
+    files: list[Path],
+    outdir: Path,
+    base: Config | None,
+    *,
+    engine: str | None = None,
+    pages: str | None = None,
 ) -> int:
     missing = [f for f in files if not f.is_file()]
     for f in missing:
@@ -65,6 +70,8 @@ def parse_files(
         )
         if engine:
             cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, name=engine))
+        if pages:
+            cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, pages=pages))
         store = Store(cfg.db_path)
         jobs: list[int] = []
         for f in files:

@@ -24,7 +24,7 @@ import logging
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import psutil
 
-from daemon.config import Config, page_options_for
+from daemon.config import Config, page_options_for, parse_page_range
 from daemon.errors import FailureKind
 from daemon.store import Job, Store
 
@@ -310,7 +310,11 @@ class Supervisor:
             cur.page_count = int(msg[2]["page_count"])
             self.store.set_page_count(cur.job.id, cur.page_count)
             done = self.store.done_pages(cur.job.id)
-            cur.pending = [i for i in range(cur.page_count) if i not in done]
+            wanted: Sequence[int] = range(cur.page_count)
+            pages = self._page_options(cur.job).get("pages")
+            if pages:
+                wanted = parse_page_range(str(pages), cur.page_count)  # validated in config
+            cur.pending = [i for i in wanted if i not in done]
             if done:
                 log.info(
                     "job %s: resuming at page %d of %d",
@@ -394,15 +398,18 @@ class Supervisor:
             now + self.cfg.limits.page_timeout_seconds,
             cur.started + self.cfg.limits.document_timeout_seconds,
         )
-        inbox = next((i for i in self.cfg.inboxes if str(i.path) == cur.job.inbox), None)
+        payload = self._page_options(cur.job)
+        self._send(("page", cur.job.id, cur.job.read_path, cur.page_idx, payload))
+
+    def _page_options(self, job: Job) -> dict[str, Any]:
+        inbox = next((i for i in self.cfg.inboxes if str(i.path) == job.inbox), None)
         opts = page_options_for(self.cfg, inbox)
-        payload = {
+        return {
             "text_layer": opts.text_layer,
             "max_new_tokens_layout": opts.max_new_tokens_layout,
             "max_new_tokens_block": opts.max_new_tokens_block,
             **opts.extra,
         }
-        self._send(("page", cur.job.id, cur.job.read_path, cur.page_idx, payload))
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         assert self.conn is not None
@@ -435,12 +442,12 @@ class Supervisor:
             self.store.finish_job(job.id, self.wall(), out, now - cur.started)
             self.docs_this_worker += 1
             self.consecutive_failures = 0
+            pages = self.store.pages(job.id)
+            spp = sum(p["seconds"] for p in pages) / max(1, len(pages))
             log.info(
-                "job %s: done in %.1f s -> %s (worker peak RSS %d MiB, engine %s)",
-                job.id,
-                now - cur.started,
-                out,
-                self.peak_rss >> 20,
+                "job %s: done: %d page(s), %.1f s/page, %.1f s in all -> %s "
+                "(worker peak RSS %d MiB, engine %s)",
+                job.id, len(pages), spp, now - cur.started, out, self.peak_rss >> 20,
                 self.engine_info.get("name"),
             )
         self.current = None

@@ -185,3 +185,14 @@ def test_second_daemon_on_the_same_state_refuses(tmp_path: Path, daemon_factory)
     r = cli("run", "--config", str(d.config))
     assert r.returncode == 5 and "already running" in r.stderr
     d.stop()
+
+
+def test_parse_page_range_converts_only_those_pages(tmp_path: Path) -> None:
+    pdf = make_text_pdf(tmp_path / "book.pdf", [[f"Chapter {i} text"] for i in range(1, 5)])
+    r = cli("parse", str(pdf), "-o", str(tmp_path / "out"), "--engine", "lite",
+            "--pages", "2-3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "out" / "book" / "book.md").read_text()
+    assert "Chapter 2" in md and "Chapter 3" in md
+    assert "Chapter 1" not in md and "Chapter 4" not in md
+    assert cli("parse", str(pdf), "--pages", "3-1", cwd=tmp_path).returncode == 2

@@ -747,3 +747,14 @@ def test_problems_come_in_file_order(tmp_path: Path) -> None:
     )
     keys = [p.key for p in problems_of(path)]
     assert keys == ["engine.dpi", "inboxes[0].watch", "after_success", "outbox"]
+
+
+def test_page_ranges_parse_and_validate(tmp_path: Path) -> None:
+    from daemon.config import parse_page_range
+
+    assert parse_page_range("1-3,7", 10) == [0, 1, 2, 6]
+    assert parse_page_range("2-", 4) == [1, 2, 3]
+    assert parse_page_range("9", 3) == []
+    for bad in ("0", "3-1", "x", "1-2-3"):
+        with pytest.raises(ValueError):
+            parse_page_range(bad, 10)
