@@ -22,6 +22,7 @@ from typing import Any
 from daemon import __version__, output
 from daemon.config import Config, ConfigError, check_paths, load_config
 from daemon.errors import ExitCode
+from daemon.health import HealthServer, start_health_server
 from daemon.ingest import Ingestor
 from daemon.notify import Notifier
 from daemon.publish import Publisher
@@ -82,6 +83,10 @@ class Daemon:
         self.supervisor: Supervisor | None = None
         self.ingestor: Ingestor | None = None
         self.publisher: Publisher | None = None
+        self.health: HealthServer | None = None
+        # In-process facts for the health endpoint's thread. Rebound (never mutated) once
+        # per tick, so the HTTP thread always reads a complete dict without a lock.
+        self.live: dict[str, Any] = {}
         self.ready_sent = False
         self.next_runtime = 0.0
         self.stop_requested = False
@@ -109,6 +114,15 @@ class Daemon:
         self.watcher = Watcher.from_config(self.cfg)
         self.watcher.start()
         self.started_wall = self.wall()
+        if self.cfg.http.enabled:
+            try:
+                self.health = start_health_server(self.cfg, lambda: self.live)
+                log.info("health endpoint on http://%s:%d/healthz and /metrics",
+                         self.cfg.http.host, self.health.port)
+            except OSError as exc:
+                # A port clash must not stop document processing; say so and go on.
+                log.error("health endpoint not started on %s:%d: %s", self.cfg.http.host,
+                          self.cfg.http.port, exc)
         for w in self.watcher.describe():
             log.info(
                 "watching %s (%s: %s)",
@@ -126,6 +140,8 @@ class Daemon:
         )
 
     def close(self) -> None:
+        if self.health is not None:
+            self.health.stop()
         if self.watcher is not None:
             self.watcher.stop()
         if self.store is not None:
@@ -169,6 +185,14 @@ class Daemon:
             self.ready_sent = True
             self.notifier.ready(self.status_line())
         self.notifier.watchdog(now)
+        self.live = {
+            **sup.snapshot(),
+            "taken_at": now,
+            "last_heartbeat_age": (now - sup.last_heartbeat) if sup.proc is not None else None,
+            "inboxes": self.watcher.describe(),
+            "fatal": sup.fatal_message,
+            "stopping": sup.stopping,
+        }
         if now < self.next_runtime:
             return
         self.next_runtime = now + RUNTIME_EVERY
@@ -228,6 +252,8 @@ class Daemon:
         self.ingestor.cfg = new
         if self.publisher is not None:
             self.publisher.cfg = new
+        if self.health is not None:
+            self.health.cfg = new
         # passwords, limits and engine settings live in the worker: it is recycled at the
         # next document boundary to pick them up
         self.supervisor.update_config(new)

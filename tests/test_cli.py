@@ -196,3 +196,27 @@ def test_parse_page_range_converts_only_those_pages(tmp_path: Path) -> None:
     assert "Chapter 2" in md and "Chapter 3" in md
     assert "Chapter 1" not in md and "Chapter 4" not in md
     assert cli("parse", str(pdf), "--pages", "3-1", cwd=tmp_path).returncode == 2
+
+
+def test_health_endpoint_of_the_running_daemon(tmp_path: Path, daemon_factory) -> None:
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = daemon_factory(http={"enabled": True, "port": port}).start()
+    make_text_pdf(tmp_path / "inbox" / "a.pdf", [["Health check document"]])
+    d.wait_settled(1)
+
+    def get(path: str) -> tuple[int, str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+
+    status, body = wait_for(lambda: get("/healthz"), 30, "/healthz", d.proc)
+    health = json.loads(body)
+    assert status == 200 and health["status"] in ("ok", "degraded"), health
+    assert health["worker_alive"] is True
+    _, metrics = get("/metrics")
+    assert 'docinbox_documents{state="done"} 1.0' in metrics
+    assert "docinbox_worker_rss_bytes" in metrics
+    d.stop()
