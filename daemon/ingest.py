@@ -18,6 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from daemon import output
 from daemon.config import Config, InboxConfig
+from daemon.errors import FailureKind
 from daemon.store import IngestResult, Store
 
 log = logging.getLogger("docinbox.ingest")
@@ -33,6 +34,14 @@ def sha256_file(path: Path) -> str:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _utf8_name(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def subdir_for(inbox: InboxConfig, path: Path) -> str:
@@ -56,7 +65,8 @@ class Ingestor:
             return None  # gone between the scan and now: nothing to do
         if not stat.S_ISREG(st.st_mode):
             return None  # symlinks, fifos, sockets are never taken
-        if self.store.known_source(str(path), st.st_size, st.st_mtime_ns):
+        utf8 = _utf8_name(path)
+        if utf8 and self.store.known_source(str(path), st.st_size, st.st_mtime_ns):
             return None
         try:
             digest = sha256_file(path)
@@ -76,6 +86,8 @@ class Ingestor:
                 "%s changed while hashing; waiting for it to settle", output.safe_display(path)
             )
             return None
+        if not utf8:
+            return self._reject_name(inbox, path, st, digest)
         result = self.store.record_arrival(
             path=str(path),
             inbox=str(inbox.path),
@@ -97,6 +109,36 @@ class Ingestor:
                 st.st_size,
                 digest[:12],
             )
+        return result
+
+    def _reject_name(
+        self, inbox: InboxConfig, path: Path, st: os.stat_result, digest: str
+    ) -> IngestResult | None:
+        """A name that is not valid UTF-8 (bytes from an old Windows share, say).
+
+        SQLite stores text as UTF-8, so such a path cannot be queued and found again.
+        It is failed at once, visibly: moved to failed/ with its error file, and recorded
+        under an escaped name, instead of being retried on every rescan.
+        """
+        shown = output.safe_display(path)
+        result = self.store.record_arrival(
+            path=shown, inbox=str(inbox.path), subdir=subdir_for(inbox, path),
+            size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, now=self.wall(),
+        )
+        reason = ("the file name is not valid UTF-8, so it cannot be tracked; rename it "
+                  "(e.g. convmv -f latin1 -t utf8) and drop it again")
+        try:
+            output.write_failure(path, self.cfg.failed, subdir_for(inbox, path), {
+                "kind": FailureKind.UNSUPPORTED.value, "reason": reason, "file": shown,
+                "sha256": digest, "attempts": 0,
+                "job_id": result.job.id if result else None,
+            })
+        except OSError as exc:
+            log.error("could not move %s to failed/: %s", shown, exc)
+        if result is not None and not result.duplicate:
+            self.store.fail_job(result.job.id, self.wall(), FailureKind.UNSUPPORTED.value,
+                                reason)
+        log.warning("%s: %s", shown, reason)
         return result
 
     def _dispose_duplicate(self, path: Path, result: IngestResult) -> None:

@@ -384,7 +384,9 @@ def _render_pdf_page(
         page_dpi = effective_dpi(
             size_pt, dpi=dpi, max_long_side=max_long_side, max_image_pixels=max_image_pixels
         )
-        if choose_renderer() == "poppler":
+        # An encrypted PDF is never handed to pdftoppm: its password would sit on a
+        # command line, readable by every user through `ps`. PDFium renders it in-process.
+        if choose_renderer() == "poppler" and not info.password:
             page.close()
             image = _render_poppler(path, info.password, page_idx, page_dpi)
         else:

@@ -34,6 +34,7 @@ import psutil
 
 from daemon.config import Config, page_options_for, parse_page_range
 from daemon.errors import FailureKind
+from daemon.output import safe_display
 from daemon.store import Job, Store
 
 log = logging.getLogger("docinbox.supervisor")
@@ -382,7 +383,8 @@ class Supervisor:
         self.current = Current(job=job, started=now)
         self.phase = Phase.BUSY
         self.phase_deadline = now + self.cfg.limits.page_timeout_seconds
-        log.info("job %s: started %s (attempt %d)", job.id, job.source_path, job.attempts)
+        log.info("job %s: started %s (attempt %d)", job.id, safe_display(job.source_path),
+                 job.attempts)
         self._send(("inspect", job.id, job.read_path))
 
     def _next_page(self, now: float) -> None:
@@ -447,7 +449,8 @@ class Supervisor:
             log.info(
                 "job %s: done: %d page(s), %.1f s/page, %.1f s in all -> %s "
                 "(worker peak RSS %d MiB, engine %s)",
-                job.id, len(pages), spp, now - cur.started, out, self.peak_rss >> 20,
+                job.id, len(pages), spp, now - cur.started, safe_display(out),
+                self.peak_rss >> 20,
                 self.engine_info.get("name"),
             )
         self.current = None

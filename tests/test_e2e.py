@@ -249,3 +249,31 @@ def test_sigterm_mid_document_stops_cleanly_and_resumes(tmp_path: Path, daemon_f
     d2.start()
     assert d2.wait_settled(1)[0]["state"] == "done"
     d2.stop()
+
+
+def test_hostile_file_names_are_safe_in_outputs_and_logs(tmp_path: Path, daemon_factory) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    d = daemon_factory().start()
+    inbox = tmp_path / "inbox"
+    evil = "evil\nINFO forged line $(touch pwned) ..pdf"
+    make_text_pdf(src / "a.pdf", [["Hostile name content"]])
+    drop(src / "a.pdf", inbox, evil)
+    # a name that is not UTF-8 (latin-1 bytes from an old share)
+    raw = os.fsencode(str(inbox)) + b"/caf\xe9 menu.pdf"
+    with open(raw, "wb") as f:
+        f.write(make_text_pdf(src / "b.pdf", [["Latin one name"]]).read_bytes())
+    jobs = d.wait_settled(2)
+    states = sorted(j["state"] for j in jobs)
+    assert states == ["done", "failed"], (jobs, d.output())
+    out = d.outputs()
+    assert len(out) == 1 and "\n" not in out[0].parent.name
+    assert out[0].parent.parent == tmp_path / "outbox"  # no escape through '..'
+    assert "Hostile name content" in out[0].read_text()
+    assert not (tmp_path / "pwned").exists() and not (tmp_path / "src" / "pwned").exists()
+    log = d.output()
+    assert "\nINFO forged line" not in log
+    failed = [j for j in jobs if j["state"] == "failed"][0]
+    assert "not valid UTF-8" in failed["error"]
+    assert os.path.exists(os.fsencode(str(tmp_path / "failed")) + b"/caf\xe9 menu.pdf")
+    d.stop()
