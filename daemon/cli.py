@@ -357,6 +357,11 @@ def cmd_model(args: argparse.Namespace) -> int:
                 if args.json
                 else "\n".join(f"{k}: {v}" for k, v in info.items())
             )
+            if not info["available"] or info.get("loads") is False:
+                print(f"docinbox: {info['error']}", file=sys.stderr)
+                if info.get("hint"):
+                    print(f"fix: {info['hint']}", file=sys.stderr)
+                return ExitCode.ENGINE_UNAVAILABLE
     except Exception as exc:  # network and hub errors: a sentence, not a traceback
         print(f"docinbox: {exc}", file=sys.stderr)
         return ExitCode.ENGINE_UNAVAILABLE

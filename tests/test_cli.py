@@ -220,3 +220,13 @@ def test_health_endpoint_of_the_running_daemon(tmp_path: Path, daemon_factory) -
     assert 'docinbox_documents{state="done"} 1.0' in metrics
     assert "docinbox_worker_rss_bytes" in metrics
     d.stop()
+
+
+def test_model_info_loads_a_local_checkpoint(tiny_model: Path, tmp_path: Path) -> None:
+    r = cli("model", "info", "--model", str(tiny_model), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["loads"] is True, info
+    missing = cli("model", "info", "--model", "opendatalab/MinerU2.5-2509-1.2B", cwd=tmp_path,
+                  env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    assert missing.returncode == 4 and "docinbox model pull" in missing.stderr, missing
