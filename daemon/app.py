@@ -109,9 +109,9 @@ class Daemon:
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
         self.publisher = Publisher(self.cfg, self.store, self.wall)
-        self.ingestor = Ingestor(self.cfg, self.store, self.wall)
-        self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
         self.watcher = Watcher.from_config(self.cfg)
+        self.ingestor = Ingestor(self.cfg, self.store, self.wall, self.watcher.forget)
+        self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
         self.watcher.start()
         self.started_wall = self.wall()
         if self.cfg.http.enabled:
@@ -164,14 +164,20 @@ class Daemon:
             self.reload()
         try:
             if not self.supervisor.stopping:
-                for inbox, path in self.watcher.tick(now):
+                ready = self.watcher.tick(now)
+                for i, (inbox, path) in enumerate(ready):
                     try:
                         self.ingestor.ingest(inbox, path)
                     except (StoreBusy, sqlite3.OperationalError):
+                        # The watcher reports a file once per change: hand this one and
+                        # the rest of the batch back, or they would wait for a restart.
+                        for _, p in ready[i:]:
+                            self.watcher.forget(p)
                         raise
                     except Exception:
-                        # One odd file must never stop the daemon.
+                        # One odd file must never stop the daemon; the next rescan retries.
                         log.exception("could not ingest %s", output.safe_display(path))
+                        self.watcher.forget(path)
             self.supervisor.tick(now)
         except (StoreBusy, sqlite3.OperationalError) as exc:
             # Another process held the database longer than the busy timeout: wait, retry.

@@ -53,10 +53,19 @@ def subdir_for(inbox: InboxConfig, path: Path) -> str:
 
 
 class Ingestor:
-    def __init__(self, cfg: Config, store: Store, wall: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        store: Store,
+        wall: Callable[[], float],
+        retry_later: Callable[[Path], None] = lambda path: None,
+    ) -> None:
         self.cfg = cfg
         self.store = store
         self.wall = wall
+        # The watcher reports a file once per change; a file we could not read now must be
+        # handed back to it (Watcher.forget) or it would never be offered again.
+        self.retry_later = retry_later
 
     def ingest(self, inbox: InboxConfig, path: Path) -> IngestResult | None:
         try:
@@ -74,11 +83,9 @@ class Ingestor:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            log.warning(
-                "cannot read %s: %s (will try again on the next scan)",
-                output.safe_display(path),
-                exc,
-            )
+            log.warning("cannot read %s: %s (will try again on the next scan)",
+                        output.safe_display(path), exc)
+            self.retry_later(path)
             return None
         if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
             # Still being written after all: the watcher will report it again when stable.

@@ -120,6 +120,22 @@ class Publisher:
             log.warning(
                 "job %s: %s vanished; nothing to move to failed/", job.id, output.safe_display(src)
             )
+        try:
+            now_size: int | None = src.stat().st_size
+        except OSError:
+            now_size = None
+        if now_size is not None and now_size != job.size and not src.is_relative_to(
+            self.cfg.failed
+        ):
+            # The file changed since it was hashed: a writer that paused longer than
+            # stability_seconds (smbd writes in 8 MiB steps) and is still going. Moving the
+            # half-written file to failed/ would break the upload; leave it, and the watcher
+            # offers the finished file again as a new version.
+            log.warning("job %s: %s changed since it was queued (%d -> %d bytes); left in "
+                        "place to be taken again when complete", job.id,
+                        output.safe_display(src), job.size, now_size)
+            self.store.forget_source(job.source_path)
+            return
         if src.is_relative_to(self.cfg.failed):
             # A retry that failed again: the original is already in failed/; refresh its
             # error file in place instead of moving it to "name (1).pdf".

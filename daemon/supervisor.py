@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
@@ -430,7 +431,8 @@ class Supervisor:
             # pages, wait, retry. Nothing is marked done without its output.
             delay = min(30.0 * 2 ** max(0, job.attempts - 1), 900.0)
             why = exc.strerror or str(exc)
-            msg = f"waiting: cannot write the outbox ({why}); retry in {delay:.0f} s"
+            where = self._folder_of(exc.filename)
+            msg = f"waiting: cannot write {where} ({why}); retry in {delay:.0f} s"
             log.warning("job %s: %s", job.id, msg)
             self.store.requeue(
                 job.id,
@@ -455,6 +457,16 @@ class Supervisor:
             )
         self.current = None
         self.phase = Phase.IDLE
+
+    def _folder_of(self, filename: Any) -> str:
+        """Which configured folder an OSError is about, in the user's words."""
+        if filename:
+            path = Path(os.fsdecode(filename))
+            for name in ("outbox", "archive"):
+                folder = getattr(self.cfg, name)
+                if path == folder or path.is_relative_to(folder):
+                    return f"the {name} ({safe_display(folder)})"
+        return f"the outbox ({safe_display(self.cfg.outbox)})"
 
     def _fail_current(self, kind: str, message: str) -> None:
         cur = self.current

@@ -273,7 +273,7 @@ def test_hostile_file_names_are_safe_in_outputs_and_logs(tmp_path: Path, daemon_
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "src" / "pwned").exists()
     log = d.output()
     assert "\nINFO forged line" not in log
-    failed = [j for j in jobs if j["state"] == "failed"][0]
+    failed = next(j for j in jobs if j["state"] == "failed")
     assert "not valid UTF-8" in failed["error"]
     assert os.path.exists(os.fsencode(str(tmp_path / "failed")) + b"/caf\xe9 menu.pdf")
     d.stop()
