@@ -48,25 +48,14 @@ def parse_files(
     outdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="docinbox-parse-") as tmp:
         t = Path(tmp)
-        if base is None:
-            base = Config(
-                inboxes=(),
-                outbox=outdir,
-                archive=t / "a",
-                failed=t / "f",
-                duplicates=t / "d",
-                state_dir=t / "state",
-            )
+        # Throw-away folders for everything but the output: parse never moves originals.
+        folders: dict[str, Any] = {
+            "outbox": outdir, "archive": t / "a", "failed": t / "f", "duplicates": t / "d",
+            "state_dir": t / "state",
+        }
         cfg = dataclasses.replace(
-            base,
-            inboxes=(),
-            outbox=outdir,
-            archive=t / "a",
-            failed=t / "f",
-            duplicates=t / "d",
-            state_dir=t / "state",
-            after_success="keep",
-            on_duplicate="keep",
+            base or Config(inboxes=(), **folders),
+            inboxes=(), after_success="keep", on_duplicate="keep", **folders,
         )
         if engine:
             cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, name=engine))

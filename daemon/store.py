@@ -503,35 +503,20 @@ class Store:
                 self._bump(c, "jobs_recovered_total", len(ids))
             return ids
 
+    # Fields cleared when a finished job is queued again by the user.
+    _CLEAN_SLATE: dict[str, Any] = {  # noqa: RUF012 - read-only class constant
+        "not_before": 0, "crashes": 0, "error": None, "error_kind": None, "finished_at": None,
+    }
+
     def retry(self, job_id: int, now: float) -> Job:
-        """`docinbox retry`: a failed job goes back to the queue with a clean slate."""
+        """`docinbox retry`: a failed job goes back to the queue; finished pages are kept."""
         with self.tx() as c:
-            job = self._set_state(
-                c,
-                job_id,
-                JobState.QUEUED,
-                not_before=0,
-                crashes=0,
-                error=None,
-                error_kind=None,
-                finished_at=None,
-            )
-            return job
+            return self._set_state(c, job_id, JobState.QUEUED, **self._CLEAN_SLATE)
 
     def reprocess(self, job_id: int, now: float) -> Job:
         """`docinbox reprocess`: a done job runs again from page 0 (e.g. after a fallback)."""
         with self.tx() as c:
-            job = self._set_state(
-                c,
-                job_id,
-                JobState.QUEUED,
-                not_before=0,
-                crashes=0,
-                error=None,
-                error_kind=None,
-                finished_at=None,
-                pages_done=0,
-            )
+            job = self._set_state(c, job_id, JobState.QUEUED, pages_done=0, **self._CLEAN_SLATE)
             c.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
             return job
 
