@@ -16,6 +16,19 @@ Events are hints, the folder is the truth (the paperless-ngx / huey approach):
   again while it sits in the inbox (for example during a long ingest, or with
   `after_success: keep`). The caller still de-duplicates by content.
 
+Files still open for writing: on an inotify-watched inbox a file that had a modified
+event (IN_MODIFY, a write through this kernel) is held until its close-after-write event
+(IN_CLOSE_WRITE) arrives, however long it stays unchanged in between; its quiet window
+starts at the close. smbd, vsftpd and other servers write the final name in place, and on
+a slow link one SMB2 WRITE of 8 MiB leaves the file unchanged for longer than any sensible
+window. A writer that closes and reopens per chunk is held while it writes and its window
+restarts at every close, as before. Created and moved events do not hold a file: watchdog
+reports a file moved in from outside the watched tree as "created" (no close would
+follow), and a newly created file is empty until its first write, which holds it. The
+hold is capped (`open_write_cap_seconds` after the last write event) in case the close
+event is lost; an inotify queue overflow or an observer restart releases every hold at
+once. Polling observers (and any observer that does not report closes) never hold.
+
 Zero-byte files: a file that is still empty is only reported after it stayed empty for
 `empty_stability_seconds` (default 60 s, never less than `stability_seconds`). Browsers
 (Firefox) and some FTP clients create the final name empty and fill or replace it later;
@@ -391,6 +404,9 @@ class _Pending:
     due: float  # next time to stat it
 
 
+DEFAULT_OPEN_WRITE_CAP_SECONDS = 3600.0
+
+
 class FileStabilityTracker:
     """Decides when a file has stopped changing. Single-threaded: main loop only.
 
@@ -400,6 +416,13 @@ class FileStabilityTracker:
     tick, which matters on NFS. The price is that a file changed without any event (a
     polled share between two polls) is seen at the next due check, so it can take up to
     two windows after its last write: late, never early.
+
+    Open for writing: `observe(path, now, open_for_write=True)` (a write event from an
+    observer that also reports closes) holds the path however long it stays unchanged,
+    until `observe(path, now, open_for_write=False)` (its close, or a new file moved onto
+    the name) or until `open_write_cap_seconds` passed since the last write event; then
+    the ordinary rule applies. A held path is stat'ed again only when an event arrives or
+    the cap runs out.
     """
 
     def __init__(
@@ -407,15 +430,20 @@ class FileStabilityTracker:
         stability_seconds: float,
         *,
         empty_stability_seconds: float = 60.0,
+        open_write_cap_seconds: float = DEFAULT_OPEN_WRITE_CAP_SECONDS,
         stat: StatFn = os.lstat,
     ) -> None:
         self._window = max(0.0, stability_seconds)
         self._empty_window = max(self._window, empty_stability_seconds)
+        self._open_write_cap = max(0.0, open_write_cap_seconds)
         self._stat = stat
         self._pending: dict[Path, _Pending] = {}
         # path -> signature last returned by tick(); keeps unchanged files from being
         # offered again by rescans or stray events.
         self._reported: dict[Path, StatSignature] = {}
+        # path -> time of its last write event, for pending paths still open for writing
+        # (always a subset of _pending's keys).
+        self._open_for_write: dict[Path, float] = {}
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -424,17 +452,45 @@ class FileStabilityTracker:
     def reported_count(self) -> int:
         return len(self._reported)
 
+    @property
+    def open_for_write_count(self) -> int:
+        return len(self._open_for_write)
+
     def is_pending(self, path: Path) -> bool:
         return path in self._pending
 
-    def observe(self, path: Path, now: float) -> None:
-        """An event (or any hint) for `path`: track it and restart its quiet window."""
+    def is_open_for_write(self, path: Path) -> bool:
+        return path in self._open_for_write
+
+    def observe(self, path: Path, now: float, *, open_for_write: bool | None = None) -> None:
+        """An event (or any hint) for `path`: track it and restart its quiet window.
+
+        `open_for_write`: True for a write event from an observer that reports closes
+        (hold the path until its close), False for its close-after-write or for a new file
+        at that name (release it), None for a hint that says nothing about it (a scan, a
+        polling observer) and leaves a hold as it is.
+        """
         entry = self._pending.get(path)
         if entry is None:
             self._pending[path] = _Pending(None, now, now)
         else:
             entry.since = now
             entry.due = now  # re-take the baseline at the next tick
+        if open_for_write:
+            self._open_for_write[path] = now
+        elif open_for_write is not None:
+            self._open_for_write.pop(path, None)
+
+    def clear_open_for_write(self) -> int:
+        """Release every hold (close events may have been lost: an inotify queue overflow,
+        an observer restart). Those paths fall back to the size/mtime rule, counted from
+        their last event. Returns how many were held."""
+        count = len(self._open_for_write)
+        for path in self._open_for_write:
+            # A held entry is next due when its cap runs out: check it at the next tick.
+            self._pending[path].due = self._pending[path].since
+        self._open_for_write.clear()
+        return count
 
     def offer(self, path: Path, signature: StatSignature, now: float) -> bool:
         """A scan found `path` with `signature`; track it unless nothing is new.
@@ -451,6 +507,7 @@ class FileStabilityTracker:
         """The path went away (deleted, moved out) or the caller wants it re-offered."""
         self._pending.pop(path, None)
         self._reported.pop(path, None)
+        self._open_for_write.pop(path, None)
 
     def retain_reported(self, present: Collection[Path]) -> None:
         """After a complete scan: forget reported signatures of files no longer there."""
@@ -488,6 +545,20 @@ class FileStabilityTracker:
                 entry.since = now
                 entry.due = now + window
             elif now - entry.since >= window:
+                opened = self._open_for_write.get(path)
+                if opened is not None:
+                    if now - opened < self._open_write_cap:
+                        # Unchanged but still open for writing: the next write or its
+                        # close is an event (which makes it due); else the cap.
+                        entry.due = opened + self._open_write_cap
+                        continue
+                    del self._open_for_write[path]
+                    logger.warning(
+                        "%s: still open for writing %.0f s after its last write event "
+                        "(was its close event lost?); no longer waiting for its close",
+                        path,
+                        now - opened,
+                    )
                 del self._pending[path]
                 if self._reported.get(path) != signature:
                     self._reported[path] = signature
@@ -501,11 +572,15 @@ class FileStabilityTracker:
 # The watcher for all inboxes.
 # ---------------------------------------------------------------------------------------
 
-HintKind = Literal["file", "dir", "gone"]
+# "file": a file appeared or changed (a new file at that name ends any hold); "write": it
+# was written by a process that still has it open (from observers that report closes);
+# "closed": that writer closed it; "dir": a folder appeared; "gone": deleted or moved out.
+HintKind = Literal["file", "write", "closed", "dir", "gone"]
 
-# Only what can make a file appear or change. Opened/closed-without-write events are left
-# out on purpose: ingest reading a file must not make it pending again. Directory
-# modified events (one per file created in it) are noise.
+# Only what can make a file appear or change, and the close after writing that ends a
+# hold. Opened/closed-without-write events are left out on purpose: ingest reading a file
+# must not make it pending again. Directory modified events (one per file created in it)
+# are noise.
 _EVENT_FILTER: list[type[FileSystemEvent]] = [
     FileCreatedEvent,
     FileModifiedEvent,
@@ -540,6 +615,25 @@ class ObserverLike(Protocol):
 
 
 ObserverFactory = Callable[[ObserverKind, float], ObserverLike]
+
+
+def reports_close_write(observer: ObserverLike) -> bool:
+    """Whether `observer` reports a close after writing (IN_CLOSE_WRITE) for every file
+    it reported written: only then may a write event hold a file until its close.
+
+    An observer may say so itself with a boolean `reports_close_write` attribute (test
+    fakes do); otherwise only watchdog's inotify observer does. FSEvents, kqueue, Windows
+    and polling observers never report closes, and `Observer` falls back to polling where
+    inotify is unavailable.
+    """
+    declared = getattr(observer, "reports_close_write", None)
+    if isinstance(declared, bool):
+        return declared
+    try:
+        from watchdog.observers.inotify import InotifyObserver
+    except Exception:  # not Linux, or a libc without inotify
+        return False
+    return isinstance(observer, InotifyObserver)
 
 
 def default_observer_factory(kind: ObserverKind, poll_interval: float) -> ObserverLike:
@@ -583,11 +677,18 @@ class _Handler(FileSystemEventHandler):
     """Runs on a watchdog thread: filters names and queues hints, nothing else."""
 
     def __init__(
-        self, state: _InboxState, sink: Callable[[_InboxState, HintKind, str], None]
+        self,
+        state: _InboxState,
+        sink: Callable[[_InboxState, HintKind, str], None],
+        *,
+        reports_close_write: bool = False,
     ) -> None:
         super().__init__()
         self._state = state
         self._sink = sink
+        # Only then is a write event followed by a close event: otherwise nothing would
+        # ever end the hold, so writes are plain hints.
+        self._reports_close_write = reports_close_write
 
     def dispatch(self, event: FileSystemEvent) -> None:
         try:
@@ -623,7 +724,10 @@ class _Handler(FileSystemEventHandler):
         elif kind in ("modified", "closed") and not event.is_directory:
             # A folder's own modified event only says its listing changed; the files in it
             # bring their own events.
-            self._hint(src, False)
+            if not self._reports_close_write:
+                self._hint(src, False)
+            elif self._wanted(src):
+                self._sink(self._state, "write" if kind == "modified" else "closed", src)
         elif kind == "deleted" and not event.is_directory and self._wanted(src):
             self._sink(self._state, "gone", src)
 
@@ -672,14 +776,18 @@ class Watcher:
         observer_factory: ObserverFactory = default_observer_factory,
         join_timeout: float = 5.0,
         max_queued_hints: int = 100_000,
+        open_write_cap_seconds: float = DEFAULT_OPEN_WRITE_CAP_SECONDS,
     ) -> None:
         """`exclude_dirs`: folders never scanned even when inside an inbox (pass the
         outbox, archive, failed, duplicates and state folders so a misconfiguration
         cannot loop). `poll_interval`: seconds between a polling observer's snapshots;
-        each one lists and stats the whole inbox tree over the network."""
+        each one lists and stats the whole inbox tree over the network.
+        `open_write_cap_seconds`: how long after its last write event a file still open
+        for writing is held at most (in case its close event was lost)."""
         self._stability_seconds = stability_seconds
         self._rescan_seconds = rescan_seconds
         self._empty_stability_seconds = empty_stability_seconds
+        self._open_write_cap_seconds = open_write_cap_seconds
         self._poll_interval = poll_interval
         self._exclude_dirs = tuple(exclude_dirs)
         self._stat = stat
@@ -726,6 +834,7 @@ class Watcher:
         tracker = FileStabilityTracker(
             self._stability_seconds,
             empty_stability_seconds=self._empty_stability_seconds,
+            open_write_cap_seconds=self._open_write_cap_seconds,
             stat=self._stat,
         )
         return _InboxState(inbox=inbox, root=_absolute(inbox.path), tracker=tracker)
@@ -769,6 +878,13 @@ class Watcher:
         return choose_observer_kind(state.root, state.inbox.watch, mountinfo)
 
     def _start_observer(self, state: _InboxState) -> None:
+        # Close events that happened while no observer watched are lost: release holds.
+        released = state.tracker.clear_open_for_write()
+        if released:
+            logger.info(
+                "inbox %s: %d file(s) no longer held as open for writing (observer "
+                "restarted)", state.root, released
+            )
         choice = self._choose(state)
         kind, reason = choice.kind, choice.reason
         try:
@@ -808,7 +924,11 @@ class Watcher:
     def _schedule(self, state: _InboxState, kind: ObserverKind) -> ObserverLike:
         observer = self._observer_factory(kind, self._poll_interval)
         observer.schedule(
-            _Handler(state, self._enqueue),
+            _Handler(
+                state,
+                self._enqueue,
+                reports_close_write=kind == "events" and reports_close_write(observer),
+            ),
             str(state.root),
             recursive=state.inbox.recursive,
             event_filter=_EVENT_FILTER,
@@ -894,7 +1014,15 @@ class Watcher:
             self._rescan_requested.clear()
             if self._overflowed.is_set():
                 self._overflowed.clear()
-                logger.warning("file events were lost; rescanning every inbox")
+                # Lost events may include closes: holding until the cap would delay
+                # those files by an hour, so every hold falls back to size/mtime.
+                released = sum(s.tracker.clear_open_for_write() for s in self._states)
+                logger.warning(
+                    "file events were lost; rescanning every inbox%s",
+                    f" and no longer holding {released} file(s) open for writing"
+                    if released
+                    else "",
+                )
         for state in self._states:
             if force or state.next_scan is None or now >= state.next_scan:
                 self._rescan(state, now)
@@ -911,6 +1039,9 @@ class Watcher:
         self._hints_ready.clear()
         # Collapse the burst of events one copy produces into one hint per path.
         files: dict[tuple[int, Path], _InboxState] = {}
+        # The last word of the burst on being open for writing: a write holds, a close or
+        # a new file at that name releases (in the order the events happened).
+        writing: dict[tuple[int, Path], bool] = {}
         dirs: dict[tuple[int, Path], _InboxState] = {}
         current = {id(s) for s in self._states}
         # Bounded: hints arriving while we drain wait for the next tick.
@@ -924,16 +1055,19 @@ class Watcher:
             key = (id(state), _absolute(Path(raw)))
             if kind == "gone":
                 files.pop(key, None)
+                writing.pop(key, None)
                 state.tracker.forget(key[1])
-            elif kind == "file":
-                files[key] = state
-            else:
+            elif kind == "dir":
                 dirs[key] = state
-        for (_, path), state in files.items():
+            else:
+                files[key] = state
+                writing[key] = kind == "write"
+        for key, state in files.items():
+            path = key[1]
             if is_candidate(path, state.inbox) and not self._excluded(
                 state, path.relative_to(state.root)
             ):
-                state.tracker.observe(path, now)
+                state.tracker.observe(path, now, open_for_write=writing.get(key))
         for (_, path), state in dirs.items():
             self._scan_subtree(state, path, now)
 
@@ -1059,6 +1193,7 @@ class Watcher:
                 "observer_alive": state.observer is not None and _observer_healthy(state.observer),
                 "reason": state.reason,
                 "pending": len(state.tracker),
+                "open_for_write": state.tracker.open_for_write_count,
                 "scan_error": state.scan_error,
             }
             for state in self._states

@@ -10,6 +10,7 @@ import errno
 import logging
 import os
 import stat
+import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
@@ -17,6 +18,7 @@ import pytest
 from watchdog.events import (
     DirCreatedEvent,
     DirModifiedEvent,
+    FileClosedEvent,
     FileClosedNoWriteEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -45,6 +47,7 @@ from daemon.watcher import (
     is_rsync_temp_name,
     matches_patterns,
     parse_mountinfo,
+    reports_close_write,
 )
 
 STABLE = 5.0
@@ -449,6 +452,120 @@ def test_retain_reported_forgets_vanished_signatures() -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# Files held while open for writing (a write event, then its close event)
+# ---------------------------------------------------------------------------------------
+
+MB8 = 8 * 1024 * 1024
+
+
+def test_file_open_for_writing_is_held_however_long_it_is_unchanged() -> None:
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, stat=files)
+    # smbd wrote the first 8 MiB step; the next one takes longer than the window.
+    files.set(P, MB8, 1)
+    tracker.observe(P, 0.0, open_for_write=True)
+    assert tracker.is_open_for_write(P)
+    assert run_ticks(tracker, 0.0, 100.0) == []
+    assert tracker.is_pending(P) and tracker.open_for_write_count == 1
+    assert files.calls == 2  # a baseline and one check: held entries are not polled
+    # The close event: reported once the window passed since the close, not before.
+    tracker.observe(P, 100.0, open_for_write=False)
+    assert not tracker.is_open_for_write(P)
+    assert run_ticks(tracker, 100.0, 130.0) == [(100.0 + STABLE, P)]
+    assert tracker.open_for_write_count == 0 and len(tracker) == 0
+
+
+def test_each_write_holds_again_and_each_close_restarts_the_window() -> None:
+    """A slow appender that reopens the file for every chunk."""
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, stat=files)
+    files.set(P, 100, 1)
+    tracker.observe(P, 0.0, open_for_write=True)
+    tracker.observe(P, 1.0, open_for_write=False)
+    assert run_ticks(tracker, 1.0, 5.5) == []  # closed, but not quiet for the window yet
+    files.set(P, 200, 2)
+    tracker.observe(P, 5.5, open_for_write=True)  # reopened and appended
+    assert run_ticks(tracker, 5.5, 50.0) == []
+    tracker.observe(P, 50.0, open_for_write=False)
+    assert run_ticks(tracker, 50.0, 70.0) == [(50.0 + STABLE, P)]
+
+
+def test_a_write_and_its_close_in_one_burst_are_applied_in_order() -> None:
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, stat=files)
+    files.set(P, 100, 1)
+    tracker.observe(P, 0.0, open_for_write=True)
+    tracker.observe(P, 0.0)  # a hint that says nothing about writing keeps the hold
+    assert tracker.is_open_for_write(P)
+    tracker.observe(P, 0.0, open_for_write=False)
+    assert run_ticks(tracker, 0.0, 10.0) == [(STABLE, P)]
+
+
+def test_the_cap_releases_a_file_whose_close_event_was_lost(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, open_write_cap_seconds=60.0, stat=files)
+    files.set(P, 100, 1)
+    tracker.observe(P, 0.0, open_for_write=True)
+    files.set(P, 200, 2)
+    tracker.observe(P, 30.0, open_for_write=True)  # the cap counts from the last write
+    assert run_ticks(tracker, 0.0, 89.5) == []
+    with caplog.at_level(logging.WARNING, logger="daemon.watcher"):
+        assert run_ticks(tracker, 90.0, 100.0) == [(90.0, P)]
+    assert "still open for writing" in caplog.text
+    assert tracker.open_for_write_count == 0
+
+
+def test_the_cap_still_needs_the_file_unchanged_for_the_window() -> None:
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, open_write_cap_seconds=60.0, stat=files)
+    files.set(P, 100, 1)
+    tracker.observe(P, 0.0, open_for_write=True)
+    assert run_ticks(tracker, 0.0, 58.0) == []
+    files.set(P, 300, 3)  # changed without an event (e.g. through an mmap)
+    assert run_ticks(tracker, 58.5, 64.5) == []  # seen at the cap, so a new window
+    assert run_ticks(tracker, 65.0, 80.0) == [(65.0, P)]
+
+
+def test_clearing_holds_falls_back_to_size_and_mtime_at_once() -> None:
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, stat=files)
+    files.set(P, 100, 1)
+    other = Path("/inbox/other.pdf")
+    files.set(other, 100, 1)
+    tracker.observe(P, 0.0, open_for_write=True)
+    tracker.observe(other, 18.0, open_for_write=True)
+    assert run_ticks(tracker, 0.0, 20.0) == []
+    assert tracker.clear_open_for_write() == 2  # e.g. an inotify queue overflow
+    assert tracker.open_for_write_count == 0
+    assert run_ticks(tracker, 20.5, 30.0) == [(20.5, P), (23.0, other)]
+
+
+def test_forget_drops_a_hold() -> None:
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, stat=files)
+    files.set(P, 100, 1)
+    tracker.observe(P, 0.0, open_for_write=True)
+    tracker.forget(P)
+    assert tracker.open_for_write_count == 0 and len(tracker) == 0
+    tracker.observe(P, 10.0)
+    assert run_ticks(tracker, 10.0, 20.0) == [(15.0, P)]
+
+
+def test_scans_and_plain_hints_never_hold() -> None:
+    files = FakeFiles()
+    tracker = FileStabilityTracker(STABLE, stat=files)
+    files.set(P, 100, 1)
+    assert tracker.offer(P, StatSignature(100, 1, 1), 0.0)
+    other = Path("/inbox/polled.pdf")
+    files.set(other, 100, 1)
+    tracker.observe(other, 0.0)  # what a polling observer's hint does
+    assert tracker.open_for_write_count == 0
+    assert sorted(run_ticks(tracker, 0.0, 10.0)) == [(STABLE, other), (STABLE, P)]
+
+
+# ---------------------------------------------------------------------------------------
 # The watcher against a real folder (no observers started, fake clock)
 # ---------------------------------------------------------------------------------------
 
@@ -592,6 +709,8 @@ class FakeObserver:
     scheduled: list[tuple[FileSystemEventHandler, str, bool]] = field(default_factory=list)
     alive: bool = False
     stopped: bool = False
+    # What `reports_close_write()` looks at; None: undeclared (treated as not reporting).
+    reports_close_write: bool | None = None
 
     def schedule(
         self,
@@ -625,12 +744,14 @@ class FakeObserver:
 
 
 class FakeFactory:
-    def __init__(self) -> None:
+    def __init__(self, *, reports_close_write: bool | None = None) -> None:
         self.created: list[FakeObserver] = []
         self.fail: dict[ObserverKind, OSError] = {}
+        self.reports_close_write = reports_close_write
 
     def __call__(self, kind: ObserverKind, poll_interval: float) -> ObserverLike:
         observer = FakeObserver(kind, self.fail.pop(kind, None))
+        observer.reports_close_write = self.reports_close_write
         self.created.append(observer)
         return observer
 
@@ -820,6 +941,155 @@ def test_missing_inbox_observer_is_retried(tmp_path: Path) -> None:
     assert watcher.describe()[0]["observer"] == "events"
 
 
+# -- files held while open for writing, with observers that report closes ----------------
+
+
+def test_observers_that_report_closes() -> None:
+    from watchdog.observers import Observer
+    from watchdog.observers.polling import PollingObserver
+
+    assert reports_close_write(Observer())  # inotify on Linux
+    assert not reports_close_write(PollingObserver())
+    assert not reports_close_write(FakeObserver("events"))
+    assert reports_close_write(FakeObserver("events", reports_close_write=True))
+
+
+def test_a_file_written_in_place_is_held_until_its_close(tmp_path: Path) -> None:
+    factory = FakeFactory(reports_close_write=True)
+    watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory)
+    observer = factory.created[0]
+    watcher.tick(0.0)
+    # smbd: the final name is created, then written in 8 MiB steps far apart.
+    path = write(tmp_path / "upload.pdf", b"%PDF-1.4 first 8 MiB")
+    observer.send(FileCreatedEvent(str(path)))
+    observer.send(FileOpenedEvent(str(path)))
+    observer.send(FileModifiedEvent(str(path)))
+    assert ticks(watcher, 1.0, 100.0) == []
+    assert watcher.describe()[0]["open_for_write"] == 1
+    assert watcher.describe()[0]["pending"] == 1
+    # A rescan does not release it either.
+    watcher.rescan_now()
+    assert watcher.tick(100.5) == []
+    observer.send(FileClosedEvent(str(path)))
+    assert ticks(watcher, 101.0, 105.5) == []
+    assert watcher.describe()[0]["open_for_write"] == 0
+    assert ticks(watcher, 106.0, 120.0) == [path]
+
+
+def test_write_and_close_in_one_burst_release_at_once(tmp_path: Path) -> None:
+    factory = FakeFactory(reports_close_write=True)
+    watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory)
+    watcher.tick(0.0)
+    path = write(tmp_path / "quick.pdf")
+    for event in (FileCreatedEvent, FileModifiedEvent, FileClosedEvent):
+        factory.created[0].send(event(str(path)))
+    assert ticks(watcher, 1.0, 5.5) == []
+    assert ticks(watcher, 6.0, 10.0) == [path]
+
+
+def test_files_moved_into_place_are_not_held(tmp_path: Path) -> None:
+    factory = FakeFactory(reports_close_write=True)
+    watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory)
+    observer = factory.created[0]
+    watcher.tick(0.0)
+    # rsync: written and closed under a temporary name, renamed into place.
+    temp = write(tmp_path / ".x.pdf.AbC123")
+    for event in (FileCreatedEvent, FileModifiedEvent, FileClosedEvent):
+        observer.send(event(str(temp)))
+    final = tmp_path / "x.pdf"
+    temp.rename(final)
+    observer.send(FileMovedEvent(str(temp), str(final)))
+    # Moved in from outside the watched tree: watchdog reports it as created.
+    outside = write(tmp_path / "from-elsewhere.pdf")
+    observer.send(FileCreatedEvent(str(outside)))
+    assert watcher.describe()[0]["open_for_write"] == 0
+    assert sorted(ticks(watcher, 1.0, 10.0)) == sorted([final, outside])
+
+
+def test_a_file_renamed_over_a_held_name_is_not_held(tmp_path: Path) -> None:
+    factory = FakeFactory(reports_close_write=True)
+    watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory)
+    observer = factory.created[0]
+    watcher.tick(0.0)
+    final = write(tmp_path / "x.pdf")
+    observer.send(FileModifiedEvent(str(final)))
+    watcher.tick(1.0)
+    assert watcher.describe()[0]["open_for_write"] == 1
+    temp = write(tmp_path / ".x.pdf.AbC123", b"%PDF-1.4 the whole new file")
+    temp.rename(final)  # a new inode under the name: its writer is done
+    observer.send(FileMovedEvent(str(temp), str(final)))
+    watcher.tick(2.0)
+    assert watcher.describe()[0]["open_for_write"] == 0
+    assert ticks(watcher, 2.5, 10.0) == [final]
+
+
+def test_polling_and_undeclared_observers_never_hold(tmp_path: Path) -> None:
+    polled, plain = tmp_path / "polled", tmp_path / "plain"
+    polled.mkdir()
+    plain.mkdir()
+    poll_factory = FakeFactory(reports_close_write=True)
+    poll_watcher = started_watcher(InboxConfig(path=polled, watch="poll"), factory=poll_factory)
+    plain_factory = FakeFactory()  # an events observer that does not report closes
+    plain_watcher = started_watcher(InboxConfig(path=plain), factory=plain_factory)
+    for watcher, factory, folder in (
+        (poll_watcher, poll_factory, polled),
+        (plain_watcher, plain_factory, plain),
+    ):
+        watcher.tick(0.0)
+        path = write(folder / "a.pdf")
+        factory.created[0].send(FileModifiedEvent(str(path)))
+        assert watcher.tick(1.0) == []
+        assert watcher.describe()[0]["open_for_write"] == 0
+        assert ticks(watcher, 1.5, 10.0) == [path]
+
+
+def test_lost_events_release_every_hold(tmp_path: Path) -> None:
+    factory = FakeFactory(reports_close_write=True)
+    watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory)
+    watcher.tick(0.0)
+    path = write(tmp_path / "closed-meanwhile.pdf")
+    factory.created[0].send(FileModifiedEvent(str(path)))
+    assert ticks(watcher, 1.0, 20.0) == []
+    assert watcher.describe()[0]["open_for_write"] == 1
+    # Its close event was among those the kernel dropped.
+    logging.getLogger("watchdog.observers.inotify_c").warning(
+        "Inotify queue overflowed; filesystem events were lost"
+    )
+    assert watcher.tick(20.5) == [(InboxConfig(path=tmp_path), path)]
+    assert watcher.describe()[0]["open_for_write"] == 0
+    watcher.stop()
+
+
+def test_an_observer_restart_releases_its_holds(tmp_path: Path) -> None:
+    factory = FakeFactory(reports_close_write=True)
+    watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory, rescan=30.0)
+    watcher.tick(0.0)
+    path = write(tmp_path / "a.pdf")
+    factory.created[0].send(FileModifiedEvent(str(path)))
+    assert ticks(watcher, 1.0, 20.0) == []
+    factory.created[0].alive = False  # events (the close) were not watched for a while
+    assert ticks(watcher, 20.5, 30.0) == [path]
+    assert len(factory.created) == 2
+    assert watcher.describe()[0]["open_for_write"] == 0
+
+
+def test_the_cap_applies_to_the_watcher(tmp_path: Path) -> None:
+    factory = FakeFactory(reports_close_write=True)
+    watcher = make_watcher(
+        InboxConfig(path=tmp_path),
+        rescan=1000.0,
+        observer_factory=factory,
+        mountinfo_reader=local_mounts,
+        open_write_cap_seconds=50.0,
+    )
+    watcher.start()
+    watcher.tick(0.0)
+    path = write(tmp_path / "a.pdf")
+    factory.created[0].send(FileModifiedEvent(str(path)))
+    assert ticks(watcher, 1.0, 50.5) == []
+    assert ticks(watcher, 51.0, 60.0) == [path]
+
+
 # ---------------------------------------------------------------------------------------
 # The real inotify observer
 # ---------------------------------------------------------------------------------------
@@ -844,5 +1114,44 @@ def test_real_observer_delivers_rsync_rename(tmp_path: Path, mode: WatchMode) ->
         assert watcher.tick(1.0) == []
         assert watcher.describe()[0]["pending"] == 1
         assert ticks(watcher, 1.5, 10.0) == [final]
+    finally:
+        watcher.stop()
+
+
+def test_real_inotify_holds_a_file_until_its_writer_closes_it(tmp_path: Path) -> None:
+    tiny = 0.5
+    watcher = Watcher(
+        [InboxConfig(path=tmp_path, watch="events")],
+        stability_seconds=tiny,
+        empty_stability_seconds=tiny,
+        rescan_seconds=10_000.0,
+    )
+
+    def settle(now: float, open_for_write: int) -> None:
+        """Tick at a fixed made-up time until the hints have turned the file's hold to
+        `open_for_write`; bounded by a real-time deadline, not a sleep."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            assert watcher.tick(now) == []  # no time passes: nothing can be reported
+            if watcher.describe()[0]["open_for_write"] == open_for_write:
+                return
+            assert time.monotonic() < deadline, watcher.describe()
+            watcher.wait_for_hints(timeout=0.2)
+
+    watcher.start()
+    try:
+        assert watcher.describe()[0]["observer"] == "events"
+        watcher.tick(0.0)  # startup scan: nothing there
+        path = tmp_path / "upload.pdf"
+        with path.open("wb") as handle:
+            handle.write(b"%PDF-1.4 the first step of a slow upload")
+            handle.flush()
+            settle(1.0, open_for_write=1)
+            # Unchanged and still open far past the window: held.
+            assert ticks(watcher, 1.5, 200.0, step=tiny) == []
+            assert watcher.describe()[0]["pending"] == 1
+        settle(300.0, open_for_write=0)  # the close arrived
+        assert ticks(watcher, 300.0, 300.0 + tiny / 2, step=tiny / 4) == []
+        assert ticks(watcher, 300.0 + tiny, 310.0) == [path]
     finally:
         watcher.stop()
