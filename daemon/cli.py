@@ -237,7 +237,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             + (f"; ETA ~{_age(eta)}" if eta else "")
         )
     for ib in facts["inboxes"]:
-        print(f"inbox:   {ib.get('path')} ({ib.get('observer')})")
+        busy = ""
+        if ib.get("pending"):
+            busy += f", {ib['pending']} settling"
+        if ib.get("open_for_write"):
+            busy += f", {ib['open_for_write']} still being written"
+        print(f"inbox:   {ib.get('path')} ({ib.get('observer')}{busy})")
     for wt in facts["waiting"]:
         print(f"waiting: job {wt['job_id']} {Path(wt['path']).name}: {wt['error']}")
     if facts["recent_failures"]:
