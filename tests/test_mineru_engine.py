@@ -356,3 +356,33 @@ def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) ->
     config = _tied_config(folder)
     assert config.tie_word_embeddings is True
     assert config.get_text_config(decoder=True).tie_word_embeddings is True
+
+
+@pytest.mark.parametrize(
+    ("precision", "vision", "decoder"),
+    [("fp32", "float32", "float32"), ("mixed", "float32", "bfloat16"),
+     ("int8", "float32", "qint8-dynamic"), ("bf16", "bfloat16", "bfloat16")],
+)
+def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
+    tiny_model: Path, tmp_path: Path, precision: str, vision: str, decoder: str
+) -> None:
+    """MinerU2.5 ships bf16 weights: loading them as bf16 and up-casting only what runs in
+    fp32 must give exactly the stored values (bf16 -> fp32 is exact), at a lower peak."""
+    import shutil
+
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from daemon.engines.mineru_model import load_model, stored_dtype
+
+    folder = tmp_path / "bf16"
+    shutil.copytree(tiny_model, folder)
+    ref = Qwen2VLForConditionalGeneration.from_pretrained(str(folder), dtype=torch.bfloat16)
+    ref.save_pretrained(str(folder))
+    assert stored_dtype(folder) == "bfloat16"
+    loaded = load_model(str(folder), None, precision=precision)
+    assert (loaded.dtype_vision, loaded.dtype_decoder) == (vision, decoder)
+    got = next(loaded.model.model.visual.parameters())
+    want = next(ref.model.visual.parameters())
+    assert got.dtype == (torch.bfloat16 if vision == "bfloat16" else torch.float32)
+    assert torch.equal(got.float(), want.float())
