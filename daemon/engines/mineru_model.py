@@ -275,11 +275,17 @@ def load_model(
         ) from exc
     qwen.eval()
     if load_dtype == torch.bfloat16 and effective != "bf16":
-        # Up-cast module by module so only one part is ever held twice.
-        qwen.model.visual.to(torch.float32)
-        if effective in ("fp32", "int8"):  # int8: quantize_dynamic wants fp32 Linear weights
+        # Up-cast part by part so that as little as possible is held twice (the bf16
+        # source stays mapped until loading ends). int8 quantises the decoder BEFORE the
+        # vision tower grows to fp32: quantize_dynamic wants fp32 Linear weights, and the
+        # fp32 decoder is short-lived that way (see docs/benchmarks.md for the load peaks).
+        if effective in ("fp32", "int8"):
             qwen.model.language_model.to(torch.float32)
             qwen.lm_head.to(torch.float32)
+        if effective == "int8":
+            apply_precision(qwen, "int8")
+            gc.collect()
+        qwen.model.visual.to(torch.float32)
         gc.collect()
 
     dtype_vision, dtype_decoder = apply_precision(qwen, effective)
@@ -327,6 +333,8 @@ def apply_precision(qwen: Any, precision: str) -> tuple[str, str]:
         _cast_vision_output(qwen, torch.bfloat16)
         return "float32", "bfloat16"
     if precision == "int8":
+        if not any(type(m) is nn.Linear for m in language_model.modules()):
+            return "float32", "qint8-dynamic"  # already quantised during loading
         try:
             from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
             from torch.ao.quantization import per_channel_dynamic_qconfig
