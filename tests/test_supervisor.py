@@ -7,6 +7,8 @@ only real waiting is for the worker's answers on its pipe.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -180,9 +182,20 @@ def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(tmp_path: Path) -
 def test_heartbeat_timeout_counts_as_a_crash(tmp_path: Path) -> None:
     _, _, sup, clock = setup(tmp_path, worker={"heartbeat_timeout_seconds": 30})
     drive(sup, clock, lambda: sup.phase == Phase.IDLE)
-    clock.now += 31  # as if the worker had said nothing for 31 s
+    assert sup.proc is not None and sup.conn is not None
+    # Really silence the worker (a frozen process, as a wedged NFS read would leave it):
+    # moving the made-up clock alone races the real heartbeat thread, whose next message
+    # would count as a fresh heartbeat at the new time.
+    os.kill(sup.proc.pid, signal.SIGSTOP)
+    while sup.conn.poll(0.2):  # heartbeats already on the pipe arrive at the old time
+        sup.tick(clock.now)
+    clock.now += 29
+    sup.tick(clock.now)
+    assert sup.proc is not None  # not yet
+    clock.now += 2
     sup.tick(clock.now)
     assert sup.proc is None and sup.consecutive_failures == 1
+    assert sup.phase == Phase.DOWN
 
 
 def test_exit_reasons_are_plain_words() -> None:
