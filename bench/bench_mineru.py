@@ -10,9 +10,10 @@ RSS are per path. Random weights stop at random places, so the amount of work is
   helper's ``parse_layout_output``. Both paths call that same helper method, so both see the
   same K blocks and crop the same block images.
 
-Paths: ``reference`` (Qwen2VLForConditionalGeneration.from_pretrained(path, dtype="auto") +
-MinerUClient(backend="transformers").two_step_extract; the processor is docinbox's image-only
-Qwen2-VL processor, because transformers' AutoProcessor needs torchvision, not installed here),
+Paths: ``reference`` (mineru-vl-utils' README: load_transformers_model(path) -> dtype="auto",
++ MinerUClient(backend="transformers").two_step_extract; device_map=None instead of "auto",
+which needs accelerate; the processor is docinbox's image-only Qwen2-VL processor, because
+transformers' AutoProcessor needs torchvision, not installed here),
 ``fp32``/``bf16``/``mixed``/``int8`` (docinbox's MinerUEngine, text_layer off) and
 ``textlayer`` (MinerUEngine, precision mixed, text_layer auto on the born-digital page).
 
@@ -194,12 +195,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     if path == "reference":
         from mineru_vl_utils import MinerUClient
-        from transformers import Qwen2VLForConditionalGeneration
+        from mineru_vl_utils.transformers_loading import load_transformers_model
 
         from daemon.engines.mineru_model import load_processor
 
         t_load = time.monotonic()
-        model: Any = Qwen2VLForConditionalGeneration.from_pretrained(model_dir, dtype="auto")
+        # mineru-vl-utils' README loader (dtype="auto", its tie_word_embeddings fix).
+        # device_map=None instead of the README's "auto": "auto" needs `accelerate`, and
+        # on a machine without a GPU it places everything on the CPU anyway.
+        model: Any = load_transformers_model(model_dir, device_map=None)
         # transformers' AutoProcessor would need torchvision: docinbox's image-only one.
         processor = load_processor(Path(model_dir))
         client: Any = MinerUClient(backend="transformers", model=model, processor=processor)

@@ -182,6 +182,12 @@ class Daemon:
         except (StoreBusy, sqlite3.OperationalError) as exc:
             # Another process held the database longer than the busy timeout: wait, retry.
             log.warning("database busy (%s); will retry", exc)
+        except Exception as exc:
+            # A bug of ours must not take the daemon down: under systemd it would restart,
+            # resume the same document, hit the same bug, forever. The document in
+            # progress is failed with the reason instead, and the daemon goes on.
+            log.exception("internal error while handling documents")
+            self.supervisor.internal_error(now, exc)
         self._report(now)
 
     def _report(self, now: float) -> None:
@@ -226,7 +232,9 @@ class Daemon:
         cur = snap["current"]
         doing = ""
         if cur:
-            doing = f"; working on {Path(cur['path']).name}"
+            # safe_display: a newline in a file name would start a new notify field
+            # (e.g. WATCHDOG=trigger) in the datagram to systemd.
+            doing = f"; working on {output.safe_display(Path(cur['path']).name)}"
             if cur["page"]:
                 doing += f" page {cur['page']}/{cur['pages']}"
         engine = snap["engine"]

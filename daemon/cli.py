@@ -31,6 +31,7 @@ from daemon.config import (
     resolve_config_path,
 )
 from daemon.errors import ExitCode
+from daemon.output import safe_display
 from daemon.states import JobState
 from daemon.store import Job, Store
 
@@ -222,11 +223,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
     cur = facts["current"]
     if cur:
-        now_line = f"now:     job {cur['job_id']} {Path(cur['path']).name}"
+        now_line = f"now:     job {cur['job_id']} {safe_display(Path(cur['path']).name)}"
         if cur.get("page"):
             now_line += f", page {cur['page']}/{cur['pages']}"
-        if cur.get("block"):
-            now_line += f", block {cur['block'][0]}/{cur['block'][1]}"
+        now_line += page_step(cur.get("stage"), cur.get("block"))
         print(now_line)
     c = facts["counts"]
     print("queue:   " + ", ".join(f"{c[s.value]} {s.value}" for s in JobState))
@@ -277,8 +277,20 @@ def cmd_list(args: argparse.Namespace) -> int:
             extra = f"  -> {j.output_dir}"
         elif j.page_count:
             extra = f"  {j.pages_done}/{j.page_count} pages"
-        print(f"{j.id:>6}  {j.state.value:<9} {when}  {Path(j.source_path).name}{extra}")
+        name = safe_display(Path(j.source_path).name)
+        print(f"{j.id:>6}  {j.state.value:<9} {when}  {name}{extra}")
     return ExitCode.OK
+
+
+def page_step(stage: str | None, block: list[int] | None) -> str:
+    """Where the engine is inside the page, for `status`: ", layout step" while MinerU
+    reads the page layout, ", block k/K" while it recognises the blocks."""
+    if stage == "layout":
+        return ", layout step"
+    if block and block[1] > 0:
+        noun = stage if stage and stage != "block" else "block"
+        return f", {noun} {block[0]}/{block[1]}"
+    return ""
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -296,6 +308,9 @@ def cmd_reprocess(args: argparse.Namespace) -> int:
 
 
 def _requeue(store: Store, ids: list[int | None], want: JobState, fn: Any, verb: str) -> int:
+    if not ids:
+        print(f"docinbox: no {want.value} jobs to {verb}", file=sys.stderr)
+        return ExitCode.NOT_FOUND
     code = ExitCode.OK
     for job_id in ids:
         job = store.job(int(job_id)) if job_id is not None else None
@@ -373,18 +388,32 @@ def cmd_model(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _common_options(*, defaults: bool) -> argparse.ArgumentParser:
+    """--config and -v, accepted before and after the subcommand.
+
+    A subparser writes its defaults over what the main parser already parsed, so
+    `docinbox --config X run` would silently lose X if the subcommands had defaults of
+    their own: only the main parser has them, the subcommands' copies are SUPPRESSed.
+    """
     common = argparse.ArgumentParser(add_help=False)
+    extra: dict[str, Any] = {} if defaults else {"default": argparse.SUPPRESS}
     common.add_argument(
-        "--config", "-c", help="config file (default: $DOCINBOX_CONFIG or ./config.yaml)"
+        "--config", "-c", help="config file (default: $DOCINBOX_CONFIG or ./config.yaml)",
+        **extra,
     )
-    common.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    common.add_argument("--verbose", "-v", action="store_true", help="debug logging", **extra)
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common_options(defaults=False)
     p = argparse.ArgumentParser(
         prog="docinbox",
-        parents=[common],
+        parents=[_common_options(defaults=True)],
         description="Turn documents dropped into a folder into Markdown and JSON.",
-        epilog="exit codes: 0 ok, 1 a document failed (parse), 2 usage, 3 no such job, "
-        "4 engine unavailable, 5 already running, 78 bad configuration",
+        epilog="exit codes: 0 ok, 1 a document failed (parse), 2 usage, 3 no such job or "
+        "nothing to do, 4 engine unavailable, 5 already running, 78 bad configuration, "
+        "130 interrupted",
     )
     p.add_argument("--version", action="version", version=f"docinbox {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)

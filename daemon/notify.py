@@ -35,7 +35,11 @@ class Notifier:
     def send(self, **fields: str | int) -> None:
         if self.sock is None:
             return
-        msg = "\n".join(f"{k.upper()}={v}" for k, v in fields.items())
+        # One field per line: a newline inside a value would smuggle in another field.
+        msg = "\n".join(
+            f"{k.upper()}={str(v).replace(chr(10), ' ').replace(chr(13), ' ')}"
+            for k, v in fields.items()
+        )
         # systemd may be restarting; a lost notification must never take the daemon down.
         with contextlib.suppress(OSError):
             self.sock.sendto(msg.encode("utf-8", "replace"), self.address)

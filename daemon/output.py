@@ -222,7 +222,7 @@ def pages_to_markdown(pages: Sequence[Sequence[Block]]) -> str:
 # --------------------------------------------------------------------------- content_list
 
 
-def _bbox_1000(bbox: Sequence[float]) -> list[int]:
+def bbox_1000(bbox: Sequence[float]) -> list[int]:
     """0..1 page fractions -> MinerU's 0..1000 integer grid (clamped; NaN -> 0)."""
     out: list[int] = []
     for v in list(bbox)[:4]:
@@ -267,7 +267,7 @@ def _content_entry(block: Block, page_idx: int) -> dict[str, Any]:
         entry = {"type": "text" if block.type in _TITLE_TYPES else block.type, "text": text}
         if level > 0:
             entry["text_level"] = level
-    entry["bbox"] = _bbox_1000(block.bbox)
+    entry["bbox"] = bbox_1000(block.bbox)
     entry["page_idx"] = page_idx
     return entry
 
@@ -735,7 +735,9 @@ _HINTS: dict[FailureKind, str] = {
     FailureKind.UNSUPPORTED: (
         "docinbox reads PDF and image files (PNG, JPEG, TIFF, WebP, BMP, GIF). Check that "
         "the file is one of those (a renamed Word file is not a PDF); convert it to PDF "
-        "and drop it into the inbox again."
+        "and drop it into the inbox again. A file whose name says one format and whose "
+        "content is another is refused too: give it the right extension and drop it in "
+        "again."
     ),
     FailureKind.CORRUPT: (
         "The file is damaged or incomplete. Open it in a viewer to check; if it was still "
@@ -752,7 +754,7 @@ _HINTS: dict[FailureKind, str] = {
         + "."
     ),
     FailureKind.TOO_LARGE: (
-        "The document is over `limits.max_file_bytes` or `limits.max_pages` in config.yaml. "
+        "The document is over `limits.max_file_size` or `limits.max_pages` in config.yaml. "
         "Split it into smaller files, or raise the limit and " + _RETRY + "."
     ),
     FailureKind.BOMB: (
@@ -881,6 +883,12 @@ def write_failure(src: Path, failed_root: Path, subdir: str, error: Mapping[str,
             base_name = _free_name(folder, src.name, _ERROR_SUFFIX)
         _write_json_beside(folder, base_name + _ERROR_SUFFIX, record)
     return moved if moved is not None else folder / base_name
+
+
+def remove_error_file(original: Path) -> None:
+    """Drop `<original>.error.json`: a retried original that succeeded is no failure now."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(Path(original).parent / (Path(original).name + _ERROR_SUFFIX))
 
 
 def write_error_file(original: Path, error: Mapping[str, Any]) -> Path:

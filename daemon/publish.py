@@ -61,7 +61,23 @@ class Publisher:
             "page_count": len(pages),
             "seconds_per_page": [round(float(p["seconds"]), 3) for p in pages],
             "block_sources": sources,
-            "pages": [{"page_idx": p["page_idx"], **p["info"]} for p in pages],
+            "pages": [
+                {
+                    "page_idx": p["page_idx"],
+                    **p["info"],
+                    # Which block came from where, in the page's reading order (the order of
+                    # content_list.json): the PDF text layer, OCR or the model.
+                    "blocks": [
+                        {
+                            "type": b.get("type"),
+                            "bbox": output.bbox_1000(b.get("bbox") or ()),
+                            "source": b.get("source", "model"),
+                        }
+                        for b in p["blocks"]
+                    ],
+                }
+                for p in pages
+            ],
             "docinbox_version": __version__,
             "processed_at": iso(self.wall()),
         }
@@ -94,6 +110,10 @@ class Publisher:
             return  # archived by an earlier completion that was interrupted, or removed
         if src.is_relative_to(self.cfg.archive):
             return  # a reprocess of an archived original: it stays where it is
+        if src.is_relative_to(self.cfg.failed):
+            # A retry that worked: failed/ should list only what is still failed. The
+            # record of the earlier failure stays in the job's history in the database.
+            output.remove_error_file(src)
         action = self.cfg.after_success
         if action == "archive":
             dest = output.move_into(src, self.cfg.archive, job.subdir)

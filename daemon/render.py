@@ -62,18 +62,23 @@ _IMAGE_SIGNATURES: tuple[tuple[bytes, str], ...] = (
 )
 SUPPORTED_IMAGE_FORMATS = frozenset({"PNG", "JPEG", "TIFF", "WEBP", "BMP", "GIF"})
 
-# What a file's extension claims, to word mismatches the way a user sees them.
-_EXTENSION_KIND: dict[str, DocKind] = {
-    ".pdf": "pdf",
-    ".png": "image",
-    ".jpg": "image",
-    ".jpeg": "image",
-    ".tif": "image",
-    ".tiff": "image",
-    ".webp": "image",
-    ".bmp": "image",
-    ".gif": "image",
+# What a file's extension claims: the format the content must then have.
+_EXTENSION_FORMAT: dict[str, str] = {
+    ".pdf": "PDF",
+    ".png": "PNG",
+    ".jpg": "JPEG",
+    ".jpeg": "JPEG",
+    ".jpe": "JPEG",
+    ".tif": "TIFF",
+    ".tiff": "TIFF",
+    ".webp": "WEBP",
+    ".bmp": "BMP",
+    ".dib": "BMP",
+    ".gif": "GIF",
 }
+# The usual extension of each format, for the "rename it to" hint.
+_FORMAT_EXTENSION = {"PDF": ".pdf", "PNG": ".png", "JPEG": ".jpg", "TIFF": ".tif",
+                     "WEBP": ".webp", "BMP": ".bmp", "GIF": ".gif"}
 
 # Pillow raises a mix of these for damaged image data; none of them means anything else.
 _DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError)
@@ -114,10 +119,10 @@ def _safe_prefix(head: bytes) -> str:
 def _not_readable_message(path: Path, head: bytes) -> str:
     start = f"starts with {_safe_prefix(head)}"
     suffix = path.suffix.lower()
-    claimed = _EXTENSION_KIND.get(suffix)
-    if claimed == "pdf":
+    claimed = _EXTENSION_FORMAT.get(suffix)
+    if claimed == "PDF":
         return f"named {suffix} but the content is not a PDF ({start}, not %PDF-)"
-    if claimed == "image":
+    if claimed is not None:
         return f"named {suffix} but the content is not a supported image ({start})"
     return f"content is not a PDF or a supported image ({start})"
 
@@ -128,9 +133,12 @@ def _not_readable_message(path: Path, head: bytes) -> str:
 def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> DocumentInfo:
     """Validate `path` and count its pages, or raise `DocumentError` saying why not.
 
-    The type comes from the content, not the name. A file whose name and content disagree
-    but whose content we can read is accepted (and logged), because renaming mistakes are
-    common and harmless; one whose content we cannot read names the mismatch.
+    The type comes from the content, never from the name alone. A file whose extension
+    names another format than its content is refused (unsupported, saying both): a
+    mislabelled file is often not what its sender meant to send (an attachment saved
+    under the wrong name, a renamed download), and a silent guess would put a surprise
+    into the outbox. A file with an extension we do not know (an inbox pattern like `*`)
+    is judged by its content alone.
     """
     try:
         size = path.stat().st_size
@@ -141,7 +149,7 @@ def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> Do
     if size > limits.max_file_bytes:
         raise DocumentError(
             FailureKind.TOO_LARGE,
-            f"file is {size:,} bytes, over limits.max_file_bytes = {limits.max_file_bytes:,}",
+            f"file is {size:,} bytes, over limits.max_file_size = {limits.max_file_bytes:,}",
         )
     try:
         with path.open("rb") as fh:
@@ -153,14 +161,13 @@ def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> Do
     if sniffed is None:
         raise DocumentError(FailureKind.UNSUPPORTED, _not_readable_message(path, head))
     kind, fmt = sniffed
-    claimed = _EXTENSION_KIND.get(path.suffix.lower())
-    if claimed is not None and claimed != kind:
-        log.warning(
-            "%s: named %s but the content is %s; reading it as %s",
-            path.name,
-            path.suffix.lower(),
-            fmt,
-            fmt,
+    suffix = path.suffix.lower()
+    claimed = _EXTENSION_FORMAT.get(suffix)
+    if claimed is not None and claimed != fmt:
+        raise DocumentError(
+            FailureKind.UNSUPPORTED,
+            f"named {suffix} but the content is {fmt}, not {claimed}: rename it to "
+            f"{path.stem}{_FORMAT_EXTENSION[fmt]} if it is meant to be read as {fmt}",
         )
 
     if kind == "pdf":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import logging
 import multiprocessing
 import os
@@ -36,7 +37,7 @@ import psutil
 from daemon.config import Config, page_options_for, parse_page_range
 from daemon.errors import FailureKind
 from daemon.output import safe_display
-from daemon.store import Job, Store
+from daemon.store import Job, Store, StoreBusy
 
 log = logging.getLogger("docinbox.supervisor")
 
@@ -75,6 +76,7 @@ class Current:
     page_idx: int | None = None
     page_started: float = 0.0
     block: tuple[int, int] | None = None
+    stage: str | None = None  # what the engine is doing on the page: "layout", "block", ...
     pending: list[int] = field(default_factory=list)
 
 
@@ -129,6 +131,7 @@ class Supervisor:
         self.recycle_requested = False
         self.fatal_message: str | None = None
         self.fatal_hint: str = ""
+        self.pending: Callable[[float], None] | None = None
 
     # -- public ---------------------------------------------------------------------
 
@@ -175,6 +178,26 @@ class Supervisor:
         if worker_view != (new.engine, new.limits, new.passwords, new.worker.heartbeat_seconds):
             self.recycle_requested = True
 
+    def internal_error(self, now: float, exc: BaseException) -> None:
+        """An unexpected exception escaped `tick`: fail the document in progress, start a
+        fresh worker, go on. Its state cannot be trusted half-way through a step."""
+        cur, self.current = self.current, None
+        self.pending = None
+        if cur is not None:
+            try:
+                job = self.store.job(cur.job.id) or cur.job
+                self._fail_job(
+                    job,
+                    FailureKind.ENGINE.value,
+                    f"internal error in docinbox: {type(exc).__name__}: {exc} "
+                    "(please report it with the log)",
+                )
+            except Exception:
+                log.exception("job %s: could not record the internal error", cur.job.id)
+        if self.proc is not None:
+            self._kill()
+        self._schedule_restart(now)
+
     @property
     def stopped(self) -> bool:
         return self.stopping and self.proc is None
@@ -200,6 +223,7 @@ class Supervisor:
                 "page": (cur.page_idx + 1) if cur.page_idx is not None else None,
                 "pages": cur.page_count,
                 "block": list(cur.block) if cur.block else None,
+                "stage": cur.stage,
             },
         }
 
@@ -276,6 +300,10 @@ class Supervisor:
 
     def _drain(self, now: float) -> None:
         assert self.conn is not None
+        if self.pending is not None:
+            # A step whose recording hit a locked database on an earlier tick goes first.
+            step, self.pending = self.pending, None
+            self._guarded(step, now)
         while self.conn is not None:
             try:
                 if not self.conn.poll():
@@ -284,7 +312,24 @@ class Supervisor:
             except (EOFError, OSError):
                 return  # the process is gone; _check_health sees the exit
             self.last_heartbeat = now
-            self._handle(now, msg)
+            self._guarded(functools.partial(self._handle, msg=msg), now)
+
+    def _guarded(self, step: Callable[[float], None], now: float) -> None:
+        """Run `step`; if the database stays locked past the busy timeout, keep it for the
+        next tick instead of losing it.
+
+        A worker's answer is already off the pipe when it is handled: dropped, a finished
+        page would be lost and its job would sit until the page deadline failed it. Every
+        handler writes before it acts on what it wrote, so running it again is safe; a
+        handler that gets further (a page saved, then the completion blocked) re-arms
+        `pending` with only the part still to do.
+        """
+        try:
+            step(now)
+        except StoreBusy:
+            if self.pending is None:
+                self.pending = step
+            raise
 
     def _handle(self, now: float, msg: tuple[Any, ...]) -> None:
         op = msg[0]
@@ -308,6 +353,7 @@ class Supervisor:
             return  # stale answer about a document we gave up on
         if op == "progress":
             cur.block = (int(msg[3]), int(msg[4]))
+            cur.stage = str(msg[5])
         elif op == "inspected":
             cur.page_count = int(msg[2]["page_count"])
             self.store.set_page_count(cur.job.id, cur.page_count)
@@ -397,6 +443,7 @@ class Supervisor:
         cur.page_idx = cur.pending.pop(0)
         cur.page_started = now
         cur.block = None
+        cur.stage = None
         self.phase_deadline = min(
             now + self.cfg.limits.page_timeout_seconds,
             cur.started + self.cfg.limits.document_timeout_seconds,
@@ -421,6 +468,16 @@ class Supervisor:
             self.conn.send(msg)
 
     def _complete_current(self, now: float) -> None:
+        try:
+            self._complete(now)
+        except StoreBusy:
+            # All pages are stored; only the completion is left to do again (it is
+            # idempotent: the same-sha256 outbox folder is replaced, a moved original
+            # is not moved twice).
+            self.pending = self._complete
+            raise
+
+    def _complete(self, now: float) -> None:
         cur = self.current
         assert cur is not None
         job = self.store.job(cur.job.id) or cur.job

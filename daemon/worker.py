@@ -131,8 +131,18 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
         chan.send(("unavailable", exc.message, exc.hint))
         return
     except Exception as exc:  # a broken install must be reported, not crash-looped silently
-        log.exception("engine %s failed to load", engine_name)
-        chan.send(("unavailable", f"{type(exc).__name__}: {exc}", ""))
+        # One sentence in the log (the supervisor repeats it with the fallback it takes);
+        # the traceback only with logging.level DEBUG, for a bug report.
+        log.error("engine %s failed to load: %s: %s", engine_name, type(exc).__name__, exc)
+        log.debug("engine %s load traceback", engine_name, exc_info=True)
+        chan.send(
+            (
+                "unavailable",
+                f"{type(exc).__name__}: {exc}",
+                "reinstall docinbox (bash scripts/setup.sh); set logging.level: DEBUG to see "
+                "the traceback",
+            )
+        )
         return
     chan.send(("ready", asdict(info)))
 

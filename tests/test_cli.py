@@ -108,7 +108,16 @@ def test_status_list_retry_after_adding_the_password(tmp_path: Path, daemon_fact
     assert "Quarterly secrets" in d.outputs()[0].read_text()
     assert (tmp_path / "archive" / "locked.pdf").exists()
     assert not (tmp_path / "failed" / "locked.pdf").exists()
+    # the old error file goes with it: failed/ lists only what is still failed
+    assert not (tmp_path / "failed" / "locked.pdf.error.json").exists()
     assert cli("retry", "999", "--config", str(d.config)).returncode == 3
+    r = cli("retry", "--failed", "--config", str(d.config))
+    assert r.returncode == 3 and "no failed jobs to retry" in r.stderr, r.stderr
+    # options before the subcommand count too (argparse would let the subcommand's
+    # defaults overwrite them)
+    r = cli("--config", str(d.config), "status", "--json", cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["counts"]["done"] == 1
     d.stop()
 
 

@@ -64,6 +64,12 @@ def test_text_pdf_and_image_become_markdown_and_duplicates_are_skipped(
     meta = json.loads((tmp_path / "outbox" / "invoice" / "invoice.meta.json").read_text())
     assert meta["page_count"] == 2 and meta["engine"]["name"] == "lite"
     assert len(meta["sha256"]) == 64 and len(meta["seconds_per_page"]) == 2
+    # meta says, block by block in content_list order, where each came from: the PDF's own
+    # text layer for this born-digital file
+    per_block = [b for page in meta["pages"] for b in page["blocks"]]
+    assert [b["bbox"] for b in per_block] == [c["bbox"] for c in content]
+    assert {b["source"] for b in per_block} == {"text_layer"}
+    assert meta["block_sources"] == {"text_layer": len(content)}
 
     note = (tmp_path / "outbox" / "note" / "note.md").read_text().upper()
     assert "HELLO" in note and "DOCINBOX" in note

@@ -73,7 +73,7 @@ def test_missing_file_is_vanished(tmp_path: Path) -> None:
 def test_file_over_size_limit(text_pdf: Path) -> None:
     err = failure(text_pdf, max_file_bytes=100)
     assert err.kind is FailureKind.TOO_LARGE
-    assert "limits.max_file_bytes" in err.message
+    assert "limits.max_file_size" in err.message
 
 
 def test_too_many_pages(tmp_path: Path) -> None:
@@ -110,17 +110,41 @@ def test_named_png_but_content_is_unknown(tmp_path: Path) -> None:
     assert "named .png but the content is not a supported image" in err.message
 
 
-def test_wrong_extension_but_readable_content_is_accepted(tmp_path: Path) -> None:
+def test_content_that_does_not_match_its_extension_is_refused(tmp_path: Path) -> None:
     png = docgen.make_text_image(tmp_path / "a.png", ["Hello"], size=(400, 200))
     disguised = tmp_path / "really-a-png.pdf"
     png.rename(disguised)
-    info = inspect(disguised)
-    assert (info.kind, info.format, info.page_count) == ("image", "PNG", 1)
+    err = failure(disguised)
+    assert err.kind is FailureKind.UNSUPPORTED
+    assert err.message == (
+        "named .pdf but the content is PNG, not PDF: rename it to really-a-png.png "
+        "if it is meant to be read as PNG"
+    )
 
     pdf = docgen.make_text_pdf(tmp_path / "b.pdf", [["Hello"]])
     as_jpg = tmp_path / "really-a-pdf.jpg"
     pdf.rename(as_jpg)
-    assert inspect(as_jpg).kind == "pdf"
+    err = failure(as_jpg)
+    assert err.kind is FailureKind.UNSUPPORTED
+    assert "named .jpg but the content is PDF, not JPEG" in err.message
+
+    # Both images, still a mismatch: a JPEG is not a PNG.
+    jpeg = docgen.make_text_image(tmp_path / "c.jpg", ["Hello"], "JPEG", size=(400, 200))
+    as_png = tmp_path / "c.png"
+    jpeg.rename(as_png)
+    assert "named .png but the content is JPEG, not PNG" in failure(as_png).message
+
+
+def test_extension_spellings_of_the_same_format_are_accepted(tmp_path: Path) -> None:
+    jpeg = docgen.make_text_image(tmp_path / "a.jpg", ["Hello"], "JPEG", size=(400, 200))
+    for name in ("b.JPEG", "c.jpe"):
+        copy = tmp_path / name
+        copy.write_bytes(jpeg.read_bytes())
+        assert inspect(copy).format == "JPEG"
+    # An extension docinbox does not know (an inbox pattern like "*"): judged by content.
+    odd = tmp_path / "scan.dat"
+    odd.write_bytes(jpeg.read_bytes())
+    assert inspect(odd).format == "JPEG"
 
 
 def test_pdf_header_after_leading_junk_is_accepted(tmp_path: Path, text_pdf: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,7 @@ from daemon.config import Config, load_config
 from daemon.ingest import Ingestor
 from daemon.publish import Publisher
 from daemon.states import JobState
-from daemon.store import Store
+from daemon.store import Store, StoreBusy
 from daemon.supervisor import Phase, Supervisor, exit_reason
 from tests.conftest import write_config
 from tests.docgen import make_text_pdf
@@ -215,3 +216,78 @@ def test_stop_lets_the_page_finish_then_requeues(tmp_path: Path, stop_mid_page: 
     drive(sup, clock, lambda: sup.stopped)
     job = store.job(jid)
     assert job.state == JobState.QUEUED and job.pages_done >= 1 and job.crashes == 0
+
+
+def test_a_page_finished_while_the_database_is_locked_is_recorded_after(
+    tmp_path: Path,
+) -> None:
+    cfg, store, sup, clock = setup(tmp_path, engine=fault_engine(fault="slow", slow_seconds=0.5))
+    store.conn.execute("PRAGMA busy_timeout=100")  # instead of 60 s: the test ticks fast
+    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=2)
+    drive(sup, clock, lambda: sup.current is not None and sup.current.page_idx == 0)
+    # Another process takes the write lock while page 1 is being parsed ...
+    other = sqlite3.connect(str(cfg.db_path), isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    busy = 0
+    end = time.monotonic() + 60
+    while busy < 3:  # ... and holds it over several ticks after the page is done
+        assert time.monotonic() < end, "the page never finished"
+        try:
+            sup.tick(clock.now)
+        except StoreBusy:
+            busy += 1
+        if sup.conn is not None:
+            sup.conn.poll(0.05)
+    assert sup.pending is not None  # the finished page waits, it is not dropped
+    other.execute("COMMIT")
+    other.close()
+    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
+    job = store.job(jid)
+    assert job.pages_done == 2 and job.crashes == 0 and job.error is None
+    # each page recorded once: the replay did not count the page twice
+    assert store.counters()["pages_total"] == 2
+    assert sup.pending is None
+    stop(sup, clock)
+
+
+def test_an_internal_error_fails_the_document_not_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.app import Daemon
+    from daemon.config import check_paths
+
+    cfg = load_config(write_config(tmp_path))
+    assert check_paths(cfg) == []
+    clock = Clock()
+    d = Daemon(cfg, wall=clock)
+
+    def broken(self: Publisher, job: Any, engine: Any) -> str:  # a bug in our own code
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Publisher, "complete", broken)
+    d.start(clock.now)
+    assert d.store is not None and d.supervisor is not None
+    store, sup = d.store, d.supervisor
+
+    def run_until(cond: Callable[[], bool]) -> None:
+        end = time.monotonic() + 90
+        while not cond():
+            assert time.monotonic() < end, f"gave up; phase={sup.phase}"
+            d.loop(clock.now)  # must not raise
+            if sup.conn is not None:
+                sup.conn.poll(0.05)
+
+    try:
+        a = queue_pdf(cfg, store, clock, "a.pdf")
+        run_until(lambda: store.job(a).state == JobState.FAILED)
+        job = store.job(a)
+        assert job.error_kind == "engine_error"
+        assert "internal error in docinbox: RuntimeError: boom" in job.error
+        assert (cfg.failed / "a.pdf.error.json").exists()
+        monkeypatch.undo()  # the bug is fixed; the daemon was never down
+        b = queue_pdf(cfg, store, clock, "b.pdf")
+        run_until(lambda: store.job(b).state == JobState.DONE)
+    finally:
+        sup.request_stop(clock.now)
+        run_until(lambda: sup.stopped)
+        d.close()

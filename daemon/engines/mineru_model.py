@@ -267,11 +267,18 @@ def load_model(
             dtype=load_dtype,
             local_files_only=True,
         )
-    except (OSError, ValueError, KeyError) as exc:
-        # Missing/corrupt files in the snapshot, a config transformers cannot read, ...
+    except Exception as exc:
+        # Missing or truncated files in the snapshot (safetensors raises its own error
+        # type), a config transformers cannot read, tensors of the wrong shape: all mean
+        # "these weights do not load here", which the daemon answers with its fallback
+        # engine and a fix, not with a traceback.
         raise EngineUnavailable(
-            f"cannot load MinerU checkpoint from {weights.path}: {exc}",
-            hint=PULL_HINT if not weights.local_folder else "check the model folder",
+            f"cannot load MinerU checkpoint from {weights.path}: {type(exc).__name__}: {exc}",
+            hint=(
+                f"{PULL_HINT} (downloads again whatever is missing or damaged)"
+                if not weights.local_folder
+                else "check that the model folder holds a complete MinerU2.5 checkpoint"
+            ),
         ) from exc
     qwen.eval()
     if load_dtype == torch.bfloat16 and effective != "bf16":
