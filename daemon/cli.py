@@ -91,10 +91,51 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_or_exit(args.config)
+    if args.systemd:
+        print(systemd_paths_dropin(cfg), end="")
+        return ExitCode.OK
     print(f"{cfg.source}: OK")
     if args.show:
         print(yaml.safe_dump(redacted_dict(cfg), sort_keys=False, allow_unicode=True))
     return ExitCode.OK
+
+
+# The unit's StateDirectory: writable inside the sandbox without being listed.
+SYSTEMD_STATE_DIRECTORY = Path("/var/lib/docinbox")
+
+
+def systemd_paths_dropin(cfg: Config) -> str:
+    """A drop-in for docinbox.service granting write access to exactly the folders of
+    `cfg` (ProtectSystem=strict makes everything else read-only).
+
+    Inboxes are listed too: originals are moved or deleted from them. A leading "-" lets
+    the unit start while a share is not mounted yet; docinbox then names the missing
+    folder itself.
+    """
+    folders = [i.path for i in cfg.inboxes]
+    folders += [cfg.outbox, cfg.archive, cfg.failed, cfg.duplicates, cfg.state_dir]
+    if cfg.logging.file is not None:
+        folders.append(cfg.logging.file.parent)
+    lines = [
+        f"# docinbox check-config --systemd --config {cfg.source}",
+        "# Save as /etc/systemd/system/docinbox.service.d/paths.conf, then",
+        "# systemctl daemon-reload && systemctl restart docinbox",
+        "[Service]",
+    ]
+    seen: set[Path] = set()
+    for folder in folders:
+        folder = folder.resolve()
+        if folder in seen or folder.is_relative_to(SYSTEMD_STATE_DIRECTORY):
+            continue
+        seen.add(folder)
+        text = str(folder)
+        if any(c in text for c in ' "\\\'\n\t'):
+            # systemd unquotes C-style: a quoted word keeps its spaces.
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        lines.append(f"ReadWritePaths=-{text}")
+    if len(lines) == 4:
+        lines.append("# every folder is under /var/lib/docinbox (StateDirectory): nothing to add")
+    return "\n".join(lines) + "\n"
 
 
 def _open_store(cfg: Config) -> Store:
@@ -452,6 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("check-config", parents=[common], help="validate the configuration")
     s.add_argument("--show", action="store_true", help="print the effective configuration")
+    s.add_argument(
+        "--systemd",
+        action="store_true",
+        help="print the ReadWritePaths= drop-in the systemd unit needs for these folders",
+    )
     s.set_defaults(fn=cmd_check_config)
 
     s = sub.add_parser("model", parents=[common], help="MinerU2.5 weights: pull or info")

@@ -105,7 +105,10 @@ class WorkerConfig:
     max_rss_mb: int = 12_000
     restart_backoff_seconds: float = 2.0
     restart_backoff_max_seconds: float = 300.0
-    shutdown_timeout_seconds: float = 60.0  # SIGTERM: let the current page finish this long
+    # SIGTERM: let the current page finish this long. As long as a page may take
+    # (page_timeout_seconds): a MinerU page on a CPU costs minutes, and killing it on
+    # every restart throws that work away.
+    shutdown_timeout_seconds: float = 900.0
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,28 @@ def test_shipped_config_checks_clean(tmp_path: Path) -> None:
     assert "OK" in r.stdout and "name: mineru" in r.stdout
 
 
+def test_check_config_prints_the_systemd_paths_the_unit_needs(tmp_path: Path) -> None:
+    (tmp_path / "scans in").mkdir()
+    cfgfile = tmp_path / "config.yaml"
+    cfgfile.write_text(yaml.safe_dump({
+        "inboxes": ["scans in"], "outbox": "out", "archive": "out/../arch",
+        "failed": "failed", "duplicates": "dup", "state_dir": "state",
+        "logging": {"file": "state/docinbox.log"},
+    }))
+    r = cli("check-config", "--systemd", "--config", str(cfgfile))
+    assert r.returncode == 0, r.stderr
+    rw = [line for line in r.stdout.splitlines() if line.startswith("ReadWritePaths=")]
+    assert "[Service]" in r.stdout.splitlines()
+    assert rw == [
+        f'ReadWritePaths=-"{tmp_path / "scans in"}"',  # quoted: it has a space
+        f"ReadWritePaths=-{tmp_path / 'out'}",
+        f"ReadWritePaths=-{tmp_path / 'arch'}",  # resolved
+        f"ReadWritePaths=-{tmp_path / 'failed'}",
+        f"ReadWritePaths=-{tmp_path / 'dup'}",
+        f"ReadWritePaths=-{tmp_path / 'state'}",  # once, though the log file is there too
+    ]
+
+
 def test_parse_one_shot_keeps_originals(tmp_path: Path) -> None:
     pdf = make_text_pdf(tmp_path / "letter.pdf", [["Dear reader, the parse command works"]])
     broken = tmp_path / "broken.pdf"

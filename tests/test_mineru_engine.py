@@ -383,6 +383,14 @@ def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
     loaded = load_model(str(folder), None, precision=precision)
     assert (loaded.dtype_vision, loaded.dtype_decoder) == (vision, decoder)
     got = next(loaded.model.model.visual.parameters())
-    want = next(ref.model.visual.parameters())
     assert got.dtype == (torch.bfloat16 if vision == "bfloat16" else torch.float32)
-    assert torch.equal(got.float(), want.float())
+    # Every tensor, not just one: the block-by-block cast releases the checkpoint's file
+    # pages as it goes (cast_in_chunks), and no value may change on the way.
+    want = ref.state_dict()
+    compared = 0
+    for name, tensor in loaded.model.state_dict().items():
+        if not torch.is_tensor(tensor) or not tensor.is_floating_point() or name not in want:
+            continue  # int8's packed weights and scales have no bf16 counterpart
+        assert torch.equal(tensor.float(), want[name].float()), name
+        compared += 1
+    assert compared >= len([n for n in want if n.startswith("model.visual.")])

@@ -170,7 +170,14 @@ def default_threads() -> int:
     """Physical cores: SMT siblings share the FPUs and only add contention to GEMMs."""
     import psutil
 
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
+    try:
+        # CPUs this process may run on (taskset, systemd's CPUAffinity=, a container's
+        # cpuset): more threads than that only queue behind each other.
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        allowed = physical
+    return max(1, min(physical, allowed))
 
 
 def load_processor(folder: Path) -> Any:
@@ -287,12 +294,12 @@ def load_model(
         # vision tower grows to fp32: quantize_dynamic wants fp32 Linear weights, and the
         # fp32 decoder is short-lived that way (see docs/benchmarks.md for the load peaks).
         if effective in ("fp32", "int8"):
-            qwen.model.language_model.to(torch.float32)
-            qwen.lm_head.to(torch.float32)
+            cast_in_chunks(qwen.model.language_model, torch.float32)
+            cast_in_chunks(qwen.lm_head, torch.float32)
         if effective == "int8":
             apply_precision(qwen, "int8")
             gc.collect()
-        qwen.model.visual.to(torch.float32)
+        cast_in_chunks(qwen.model.visual, torch.float32)
         gc.collect()
 
     dtype_vision, dtype_decoder = apply_precision(qwen, effective)
@@ -306,6 +313,71 @@ def load_model(
         dtype_decoder=dtype_decoder,
         load_seconds=time.monotonic() - started,
     )
+
+
+def cast_in_chunks(module: Any, dtype: Any) -> None:
+    """`module.to(dtype)`, one block at a time, releasing each block's checkpoint pages.
+
+    transformers maps the safetensors file (MAP_PRIVATE) and the bf16 parameters stay
+    views into that mapping; reading them to up-cast makes their pages resident, and they
+    stay counted in the worker's RSS until the whole mapping is freed at the end of
+    loading. Cast all at once, the bf16 file (2.3 GB) and the fp32 copy (4.6 GB) were
+    resident together: a 7 GB peak for a 4.7 GB model. Block by block, with the pages of
+    the tensors each block no longer uses released right away, the file adds about one
+    block to the peak.
+    """
+    from torch import nn
+
+    for child in module.children():
+        blocks = list(child) if isinstance(child, nn.ModuleList) else [child]
+        for block in blocks:
+            old = [(t.data_ptr(), t.untyped_storage().nbytes()) for t in _tensors(block)]
+            block.to(dtype)
+            _release_file_pages(old)
+    module.to(dtype)  # the module's own parameters, if any; a no-op for the rest
+
+
+def _tensors(module: Any) -> list[Any]:
+    return [*module.parameters(), *module.buffers()]
+
+
+# madvise(2) advice that drops a range's pages from this process (Linux: 4).
+_MADV_DONTNEED = 4
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _release_file_pages(ranges: list[tuple[int, int]]) -> None:
+    """Drop the resident pages of tensors we just replaced, where they lie in a mapping
+    of a *.safetensors file, from this process's RSS.
+
+    Only whole pages strictly inside a replaced tensor are passed, so no neighbour's
+    page is touched, and only inside FILE mappings of the checkpoint, never anonymous
+    memory (where MADV_DONTNEED would zero data). For a file page the kernel reads the
+    page back from the (still cached) file if anything touches it again: the checkpoint's
+    own bytes. A no-op where /proc or madvise is not available.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        madvise = libc.madvise
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
+            maps = [line.split(maxsplit=5) for line in fh]
+    except (OSError, AttributeError):
+        return
+    files: list[tuple[int, int]] = []
+    for fields in maps:
+        if len(fields) == 6 and fields[5].rstrip("\n").endswith(".safetensors"):
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            files.append((lo, hi))
+    for ptr, nbytes in ranges:
+        start = -(-ptr // _PAGE) * _PAGE  # round up
+        stop = (ptr + nbytes) // _PAGE * _PAGE  # round down
+        if stop <= start:
+            continue
+        if any(lo <= start and stop <= hi for lo, hi in files):
+            madvise(start, stop - start, _MADV_DONTNEED)
 
 
 def stored_dtype(folder: Path) -> str | None:
