@@ -15,7 +15,8 @@ Paths: ``reference`` (mineru-vl-utils' README: load_transformers_model(path) -> 
 which needs accelerate; the processor is docinbox's image-only Qwen2-VL processor, because
 transformers' AutoProcessor needs torchvision, not installed here),
 ``fp32``/``bf16``/``mixed``/``int8`` (docinbox's MinerUEngine, text_layer off) and
-``textlayer`` (MinerUEngine, precision mixed, text_layer auto on the born-digital page).
+``textlayer`` (MinerUEngine with the defaults, precision auto and text_layer auto, on the
+born-digital page).
 
     python bench/make_model.py
     python bench/bench_mineru.py --out ~/.cache/docinbox-bench/results.json
@@ -225,7 +226,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         from daemon.config import EngineConfig
         from daemon.engines.mineru import MinerUEngine
 
-        precision = "mixed" if path == "textlayer" else path
+        # textlayer: what a user gets by default (precision auto, text_layer auto)
+        precision = "auto" if path == "textlayer" else path
         text_layer = "auto" if path == "textlayer" else "off"
         cfg: Any = EngineConfig(
             model=model_dir,
@@ -330,6 +332,13 @@ def machine_facts() -> dict[str, Any]:
 
         facts["torch"] = torch.__version__
         facts["transformers"] = transformers.__version__
+        # What torch really uses: an ISA cap (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA)
+        # reproduces an older CPU on a newer one.
+        facts["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+        facts["isa_caps"] = {
+            k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+            if k in os.environ
+        }
     except ImportError:
         pass
     return facts
@@ -451,7 +460,16 @@ def markdown(results: dict[str, Any]) -> str:
         "| block decode ms/tok | best-call decode ms/tok | peak RSS MB | CPU/wall "
         "| load avg before→after |"
     )
-    lines = [head, "|" + "---|" * 14]
+    m = results.get("machine", {})
+    lines = [
+        f"machine: {m.get('Model name', '?')}, {m.get('cpu_count', '?')} CPUs, torch kernels "
+        f"{m.get('torch_cpu_capability', '?')}"
+        + (f" (capped: {m['isa_caps']})" if m.get("isa_caps") else "")
+        + f", precision auto -> {m.get('auto_precision', '?')}",
+        "",
+        head,
+        "|" + "---|" * 14,
+    ]
     for r in paths:
         ratio = f"{r['page_seconds'] / ref['page_seconds']:.2f}×" if ref else "–"
         lines.append(
@@ -467,12 +485,23 @@ def markdown(results: dict[str, Any]) -> str:
     for r in results["paths"]:
         if "error" in r:
             lines.append(f"| {r['path']} | FAILED: {r['error']} |")
-    off = next((r for r in paths if r["path"] == "mixed"), None)
     auto = next((r for r in paths if r["path"] == "textlayer"), None)
+    # Compared with the text_layer-off run of the same precision (what auto picked).
+    off = auto and next(
+        (
+            r
+            for r in paths
+            if r["path"] in ENGINE_PATHS
+            and (r["dtype_vision"], r["dtype_decoder"])
+            == (auto["dtype_vision"], auto["dtype_decoder"])
+        ),
+        None,
+    )
     if off and auto:
         lines += [
             "",
-            "| mixed, text_layer | model blocks | text-layer blocks | recognition s | page s |",
+            f"| {off['path']} (auto), text_layer | model blocks | text-layer blocks "
+            "| recognition s | page s |",
         ]
         lines.append("|---|---|---|---|---|")
         for label, r in (("off", off), ("auto", auto)):

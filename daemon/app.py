@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sqlite3
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +27,7 @@ from daemon.health import HealthServer, start_health_server
 from daemon.ingest import Ingestor
 from daemon.notify import Notifier
 from daemon.publish import Publisher
-from daemon.store import Store, StoreBusy
+from daemon.store import SchemaError, Store, StoreBusy
 from daemon.supervisor import Phase, Supervisor
 from daemon.watcher import Watcher
 
@@ -66,6 +67,27 @@ class StateLock:
             self.fd = None
 
 
+def tighten_state_dir(folder: Path) -> None:
+    """The state folder holds the database (every file name ever seen) and the lock:
+    make it the service user's alone, also when it was created by hand (an install
+    guide's `install -m 0750`, a restored backup)."""
+    try:
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        if mode & 0o077:
+            folder.chmod(0o700)
+            log.warning(
+                "state folder %s was open to others (mode %o); it is now 0700",
+                output.safe_display(folder),
+                mode,
+            )
+    except OSError as exc:
+        log.warning(
+            "state folder %s: cannot make it private to this user (%s)",
+            output.safe_display(folder),
+            exc.strerror or exc,
+        )
+
+
 class Daemon:
     def __init__(
         self,
@@ -97,6 +119,7 @@ class Daemon:
 
     def start(self, now: float) -> None:
         self.lock.acquire()
+        tighten_state_dir(self.cfg.state_dir)
         self.store = Store(self.cfg.db_path)
         recovered = self.store.recover_running(self.wall())
         if recovered:
@@ -161,7 +184,13 @@ class Daemon:
             self.supervisor.request_stop(now)
         if self.reload_requested:
             self.reload_requested = False
-            self.reload()
+            try:
+                self.reload()
+            except Exception:
+                # A reload must never take a running daemon down (a bug, an inbox that
+                # cannot be watched): keep what is running and say why.
+                log.exception("reload failed; the running configuration stays in force")
+                self.notifier.ready(self.status_line())
         try:
             if not self.supervisor.stopping:
                 ready = self.watcher.tick(now)
@@ -210,6 +239,7 @@ class Daemon:
         self.next_runtime = now + RUNTIME_EVERY
         snap = sup.snapshot()
         snap.update(
+            last_heartbeat_age=self.live["last_heartbeat_age"],
             pid=os.getpid(),
             updated_at=self.wall(),
             started_at=self.started_wall,
@@ -301,6 +331,12 @@ class Daemon:
         except AlreadyRunning as exc:
             log.error("%s", exc)
             return ExitCode.ALREADY_RUNNING
+        except SchemaError as exc:
+            # Not a crash to restart from: the state folder needs a person (exit 78, which
+            # the unit does not restart).
+            log.error("%s", exc)
+            self.close()
+            return ExitCode.CONFIG
         assert self.supervisor is not None
         try:
             while not self.supervisor.stopped:

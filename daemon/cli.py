@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,9 @@ def setup_logging(cfg: Config | None, verbose: bool = False) -> None:
     handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
     if cfg is not None and cfg.logging.file is not None:
         cfg.logging.file.parent.mkdir(parents=True, exist_ok=True)
+        # The log names every file (and reasons for failures): the service user's only,
+        # whatever the umask. Created here with 0600; an existing file keeps its mode.
+        os.close(os.open(cfg.logging.file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
         handlers = [logging.FileHandler(cfg.logging.file, encoding="utf-8")]
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if cfg is not None and cfg.logging.json:
@@ -159,6 +163,10 @@ def _age(seconds: float) -> str:
     return f"{seconds // 86400}d"
 
 
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
 def _mib(n: Any) -> str:
     return f"{(n or 0) / 2**20:.0f} MiB"
 
@@ -194,6 +202,13 @@ def status_facts(cfg: Config, store: Store, now: float) -> dict[str, Any]:
         for j in store.jobs(JobState.QUEUED, limit=200)
         if j.error
     ]
+    oldest = store.oldest_queued_at()
+    disk: dict[str, int | None] = {}
+    for name in ("outbox", "state_dir"):
+        try:
+            disk[name] = int(shutil.disk_usage(getattr(cfg, name)).free)
+        except OSError:
+            disk[name] = None
     return {
         "running": alive,
         "pid": pid if alive else None,
@@ -209,12 +224,15 @@ def status_facts(cfg: Config, store: Store, now: float) -> dict[str, Any]:
             "rss": rt.get("worker_rss") if alive else None,
             "peak_rss": rt.get("worker_peak_rss"),
             "restarts": rt.get("worker_restarts"),
+            "last_heartbeat_age": rt.get("last_heartbeat_age") if alive else None,
         },
         "current": cur,
         "counts": counts,
         "counters": store.counters(),
         "seconds_per_page": avg,
         "eta_seconds": eta,
+        "queue_age_seconds": (now - oldest) if oldest is not None else None,
+        "disk_free_bytes": disk,
         "inboxes": rt.get("inboxes") or [],
         "recent_failures": failures,
         "waiting": waiting,
@@ -258,9 +276,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"  STOPPED: {facts['fatal']}")
     w = facts["worker"]
     if facts["running"]:
+        beat = w.get("last_heartbeat_age")
         print(
             f"worker:  {w['phase']}, RSS {_mib(w['rss'])} (peak {_mib(w['peak_rss'])}), "
             f"{w['restarts'] or 0} restart(s)"
+            + (f", last heartbeat {_age(beat)} ago" if beat is not None else "")
         )
     cur = facts["current"]
     if cur:
@@ -270,7 +290,24 @@ def cmd_status(args: argparse.Namespace) -> int:
         now_line += page_step(cur.get("stage"), cur.get("block"))
         print(now_line)
     c = facts["counts"]
-    print("queue:   " + ", ".join(f"{c[s.value]} {s.value}" for s in JobState))
+    queue_age = facts["queue_age_seconds"]
+    print(
+        "queue:   "
+        + ", ".join(f"{c[s.value]} {s.value}" for s in JobState)
+        + (f"; oldest waiting {_age(queue_age)}" if queue_age is not None else "")
+    )
+    k = facts["counters"]
+    print(
+        f"totals:  {int(k.get('pages_total', 0))} pages processed, "
+        f"{int(k.get('duplicates_total', 0))} duplicates skipped"
+    )
+    free = facts["disk_free_bytes"]
+    print(
+        "disk:    "
+        + ", ".join(
+            f"{name} {'?' if b is None else _gib(b)} free" for name, b in free.items()
+        )
+    )
     if facts["seconds_per_page"] is not None:
         eta = facts["eta_seconds"]
         print(
@@ -285,11 +322,12 @@ def cmd_status(args: argparse.Namespace) -> int:
             busy += f", {ib['open_for_write']} still being written"
         print(f"inbox:   {ib.get('path')} ({ib.get('observer')}{busy})")
     for wt in facts["waiting"]:
-        print(f"waiting: job {wt['job_id']} {Path(wt['path']).name}: {wt['error']}")
+        print(f"waiting: job {wt['job_id']} {safe_display(Path(wt['path']).name)}: {wt['error']}")
     if facts["recent_failures"]:
         print("recent failures:")
         for f in facts["recent_failures"]:
-            print(f"  job {f['job_id']} {Path(f['path']).name}: {f['kind']}: {f['error']}")
+            name = safe_display(Path(f["path"]).name)
+            print(f"  job {f['job_id']} {name}: {f['kind']}: {f['error']}")
     return ExitCode.OK
 
 
@@ -401,7 +439,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 def cmd_model(args: argparse.Namespace) -> int:
     from daemon import model
-    from daemon.engines.mineru_model import DEFAULT_MODEL
+    from daemon.engines.mineru_model import DEFAULT_MODEL, looks_like_path
 
     path = resolve_config_path(args.config)
     cfg = load_or_exit(args.config, check=False) if path.exists() else None
@@ -410,9 +448,18 @@ def cmd_model(args: argparse.Namespace) -> int:
     try:
         if args.model_cmd == "pull":
             where = model.pull(model_id, revision)
-            print(f"{model_id}: downloaded to {where}")
+            if looks_like_path(model_id) or Path(model_id).expanduser().is_dir():
+                print(f"{model_id}: a local folder ({where}); nothing to download")
+            else:
+                print(f"{model_id}: downloaded to {where}")
         else:
-            info = model.info(model_id, revision, try_load=not args.no_load)
+            info = model.info(
+                model_id,
+                revision,
+                try_load=not args.no_load,
+                precision=cfg.engine.precision if cfg else "auto",
+                threads=cfg.engine.threads if cfg else 0,
+            )
             print(
                 json.dumps(info, indent=2, default=str)
                 if args.json
@@ -423,7 +470,12 @@ def cmd_model(args: argparse.Namespace) -> int:
                 if info.get("hint"):
                     print(f"fix: {info['hint']}", file=sys.stderr)
                 return ExitCode.ENGINE_UNAVAILABLE
-    except Exception as exc:  # network and hub errors: a sentence, not a traceback
+    except model.ModelError as exc:
+        print(f"docinbox: {exc.message}", file=sys.stderr)
+        if exc.hint:
+            print(f"fix: {exc.hint}", file=sys.stderr)
+        return ExitCode.ENGINE_UNAVAILABLE
+    except Exception as exc:  # anything else from the hub: a sentence, not a traceback
         print(f"docinbox: {exc}", file=sys.stderr)
         return ExitCode.ENGINE_UNAVAILABLE
     return ExitCode.OK

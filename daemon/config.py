@@ -937,11 +937,11 @@ def load_config(path: Path) -> Config:
         ],
     )
 
-    if ctx.problems:
-        raise ConfigError(ctx.sorted_problems())
-
     for name, folder in _DEFAULT_DIRS.items():
         top.setdefault(name, path.parent / folder)
+    if ctx.problems:
+        raise ConfigError(ctx.sorted_problems() + _folder_problems_too(ctx, inboxes, top, path))
+
     return Config(
         inboxes=tuple(inboxes),
         engine=EngineConfig(**engine),
@@ -952,6 +952,33 @@ def load_config(path: Path) -> Config:
         source=path,
         **top,
     )
+
+
+_FOLDER_KEYS: Final = ("outbox", "archive", "failed", "duplicates", "state_dir")
+# A problem with one of these keys leaves a folder unknown: then no folder checks.
+_FOLDER_PROBLEM_KEY: Final = re.compile(
+    r"inboxes(\[\d+\](\.path)?)?|" + "|".join(_FOLDER_KEYS)
+)
+
+
+def _folder_problems_too(
+    ctx: _Ctx, inboxes: list[InboxConfig], top: dict[str, Any], path: Path
+) -> list[Problem]:
+    """The folder checks, on a file that has other problems too, so that one round of
+    edits fixes everything (paperless-ngx's checks work that way).
+
+    Only when every folder key itself parsed: a folder check on a half-read value would
+    report noise. Nothing is created for a config that does not load.
+    """
+    if not inboxes or not all(isinstance(top.get(k), Path) for k in _FOLDER_KEYS):
+        return []
+    if any(_FOLDER_PROBLEM_KEY.fullmatch(p.key) for p in ctx.problems):
+        return []
+    partial = Config(inboxes=tuple(inboxes), source=path, **{k: top[k] for k in _FOLDER_KEYS})
+    # Missing folders are left to the check of the loaded file (outputs are created, an
+    # inbox may be a share not mounted yet); what is reported here is a set-up that is
+    # wrong whatever exists: an output inside an inbox, two keys on one folder.
+    return [p for p in check_paths(partial, create=False) if "does not exist" not in p.message]
 
 
 # --------------------------------------------------------------------------------------

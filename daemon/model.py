@@ -80,13 +80,18 @@ def pull(model: str = DEFAULT_MODEL, revision: str | None = None) -> Path:
 
 
 def info(
-    model: str = DEFAULT_MODEL, revision: str | None = None, try_load: bool = False
+    model: str = DEFAULT_MODEL,
+    revision: str | None = None,
+    try_load: bool = False,
+    precision: str = "auto",
+    threads: int = 0,
 ) -> dict[str, Any]:
     """Where the weights are, how big, which commit; optionally whether they load.
 
-    Never goes online. With `try_load`, loads processor and model (fp32, default threads)
-    and reports the failure message instead of raising, so `docinbox model info` can show
-    everything it found.
+    Never goes online. With `try_load`, loads processor and model the way the daemon
+    would (the configured precision and threads, so the check needs no more memory than
+    the service itself) and reports the failure message instead of raising, so
+    `docinbox model info` can show everything it found.
     """
     result: dict[str, Any] = {
         "model": model,
@@ -115,13 +120,14 @@ def info(
     if try_load:
         result["loads"] = False
         try:
-            loaded = load_model(model, revision, precision="fp32")
+            loaded = load_model(model, revision, precision=precision, threads=threads)
         except EngineUnavailable as exc:
             result.update(error=exc.message, hint=exc.hint)
         else:
             result.update(
                 loads=True,
                 load_seconds=round(loaded.load_seconds, 2),
+                precision=loaded.precision,
                 parameters=sum(p.numel() for p in loaded.model.parameters()),
                 processor=type(loaded.processor).__name__,
                 image_processor=type(loaded.processor.image_processor).__name__,

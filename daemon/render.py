@@ -17,8 +17,10 @@ import contextlib
 import ctypes
 import logging
 import math
+import os
 import re
 import shutil
+import stat
 import statistics
 import unicodedata
 import warnings
@@ -130,6 +132,29 @@ def _not_readable_message(path: Path, head: bytes) -> str:
 # ---------------------------------------------------------------------------- inspect
 
 
+def _regular_file(path: Path) -> os.stat_result:
+    """lstat `path` and refuse anything but a regular file.
+
+    The watcher never takes a symlink, but a queued file can be swapped for one before
+    the worker opens it (a link to /etc/... or to a document of another user): PDFium
+    and Pillow would follow it, and its content would land in the outbox.
+    """
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError as exc:
+        raise DocumentError(FailureKind.VANISHED, "the file disappeared") from exc
+    if stat.S_ISLNK(st.st_mode):
+        raise DocumentError(
+            FailureKind.UNSUPPORTED,
+            "the file was replaced by a symbolic link after it was queued; docinbox never "
+            "follows links out of an inbox",
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise DocumentError(FailureKind.UNSUPPORTED, "not a regular file")
+    return st
+
+
+
 def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> DocumentInfo:
     """Validate `path` and count its pages, or raise `DocumentError` saying why not.
 
@@ -140,10 +165,7 @@ def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> Do
     into the outbox. A file with an extension we do not know (an inbox pattern like `*`)
     is judged by its content alone.
     """
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError as exc:
-        raise DocumentError(FailureKind.VANISHED, "the file disappeared") from exc
+    size = _regular_file(path).st_size
     if size == 0:
         raise DocumentError(FailureKind.EMPTY, "the file is empty (0 bytes)")
     if size > limits.max_file_bytes:
@@ -355,6 +377,7 @@ def render_page(
     """Render page `page_idx` (0-based) as RGB. Only this page is ever decoded."""
     if not 0 <= page_idx < info.page_count:
         raise IndexError(f"page {page_idx} of a {info.page_count}-page document")
+    _regular_file(path)
     if info.kind == "pdf":
         return _render_pdf_page(
             path,

@@ -108,69 +108,109 @@ class IngestResult:
     original: Job | None  # for duplicates: the job that owns the content
 
 
-# Migrations: index i upgrades user_version i -> i+1. Append only; never edit one that shipped.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE documents (
-        id INTEGER PRIMARY KEY,
-        sha256 TEXT NOT NULL UNIQUE,
-        size INTEGER NOT NULL,
-        first_seen REAL NOT NULL
-    );
-    CREATE TABLE jobs (
-        id INTEGER PRIMARY KEY,
-        document_id INTEGER NOT NULL REFERENCES documents(id),
-        source_path TEXT NOT NULL,
-        inbox TEXT NOT NULL,
-        subdir TEXT NOT NULL DEFAULT '',
-        state TEXT NOT NULL,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        crashes INTEGER NOT NULL DEFAULT 0,
-        error_kind TEXT,
-        error TEXT,
-        created_at REAL NOT NULL,
-        started_at REAL,
-        finished_at REAL,
-        not_before REAL NOT NULL DEFAULT 0,
-        engine TEXT,
-        duplicate_of INTEGER REFERENCES jobs(id),
-        page_count INTEGER,
-        pages_done INTEGER NOT NULL DEFAULT 0,
-        output_dir TEXT,
-        held_path TEXT,
-        seconds REAL
-    );
-    CREATE INDEX jobs_state ON jobs(state, not_before, id);
-    CREATE INDEX jobs_document ON jobs(document_id);
-    CREATE TABLE sources (
-        path TEXT PRIMARY KEY,
-        size INTEGER NOT NULL,
-        mtime_ns INTEGER NOT NULL,
-        sha256 TEXT NOT NULL,
-        job_id INTEGER REFERENCES jobs(id),
-        first_seen REAL NOT NULL,
-        last_seen REAL NOT NULL
-    );
-    CREATE TABLE pages (
-        job_id INTEGER NOT NULL REFERENCES jobs(id),
-        page_idx INTEGER NOT NULL,
-        blocks TEXT NOT NULL,
-        info TEXT NOT NULL,
-        engine TEXT NOT NULL,
-        seconds REAL NOT NULL,
-        done_at REAL NOT NULL,
-        PRIMARY KEY (job_id, page_idx)
-    );
-    CREATE TABLE counters (
-        name TEXT PRIMARY KEY,
-        value REAL NOT NULL
-    );
-    CREATE TABLE runtime (
-        key TEXT PRIMARY KEY,
-        value TEXT NOT NULL
-    );
-    """,
+# Migrations: index i upgrades user_version i -> i+1, one statement at a time (a string
+# split on ";" would break on the first trigger or literal holding one). Append only; never
+# edit one that shipped.
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """
+        CREATE TABLE documents (
+            id INTEGER PRIMARY KEY,
+            sha256 TEXT NOT NULL UNIQUE,
+            size INTEGER NOT NULL,
+            first_seen REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE jobs (
+            id INTEGER PRIMARY KEY,
+            document_id INTEGER NOT NULL REFERENCES documents(id),
+            source_path TEXT NOT NULL,
+            inbox TEXT NOT NULL,
+            subdir TEXT NOT NULL DEFAULT '',
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            crashes INTEGER NOT NULL DEFAULT 0,
+            error_kind TEXT,
+            error TEXT,
+            created_at REAL NOT NULL,
+            started_at REAL,
+            finished_at REAL,
+            not_before REAL NOT NULL DEFAULT 0,
+            engine TEXT,
+            duplicate_of INTEGER REFERENCES jobs(id),
+            page_count INTEGER,
+            pages_done INTEGER NOT NULL DEFAULT 0,
+            output_dir TEXT,
+            held_path TEXT,
+            seconds REAL
+        )
+        """,
+        """
+        CREATE INDEX jobs_state ON jobs(state, not_before, id)
+        """,
+        """
+        CREATE INDEX jobs_document ON jobs(document_id)
+        """,
+        """
+        CREATE TABLE sources (
+            path TEXT PRIMARY KEY,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            job_id INTEGER REFERENCES jobs(id),
+            first_seen REAL NOT NULL,
+            last_seen REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE pages (
+            job_id INTEGER NOT NULL REFERENCES jobs(id),
+            page_idx INTEGER NOT NULL,
+            blocks TEXT NOT NULL,
+            info TEXT NOT NULL,
+            engine TEXT NOT NULL,
+            seconds REAL NOT NULL,
+            done_at REAL NOT NULL,
+            PRIMARY KEY (job_id, page_idx)
+        )
+        """,
+        """
+        CREATE TABLE counters (
+            name TEXT PRIMARY KEY,
+            value REAL NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE runtime (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )
+        """,
+    ),
 ]
+
+# What the code needs, checked after migrating: a database file from elsewhere (another
+# program's, a damaged restore) is refused at start with the reason, not mid-document.
+EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
+    "documents": frozenset({"id", "sha256", "size", "first_seen"}),
+    "jobs": frozenset({
+        "id", "document_id", "source_path", "inbox", "subdir", "state", "attempts", "crashes",
+        "error_kind", "error", "created_at", "started_at", "finished_at", "not_before",
+        "engine", "duplicate_of", "page_count", "pages_done", "output_dir", "held_path",
+        "seconds",
+    }),
+    "sources": frozenset({"path", "size", "mtime_ns", "sha256", "job_id", "first_seen",
+                          "last_seen"}),
+    "pages": frozenset({"job_id", "page_idx", "blocks", "info", "engine", "seconds",
+                        "done_at"}),
+    "counters": frozenset({"name", "value"}),
+    "runtime": frozenset({"key", "value"}),
+}
+
+
+class SchemaError(RuntimeError):
+    """The database file is not one this docinbox can use."""
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
@@ -230,15 +270,33 @@ class Store:
         with self.tx() as c:
             version = c.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
-                raise RuntimeError(
+                raise SchemaError(
                     f"{self.path} has schema version {version}, newer than this docinbox "
                     f"({SCHEMA_VERSION}); upgrade docinbox or use another state_dir"
                 )
             for i in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[i].split(";"):
-                    if statement.strip():
-                        c.execute(statement)
+                for statement in MIGRATIONS[i]:
+                    c.execute(statement)
             c.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._check_schema()
+
+    def _check_schema(self) -> None:
+        """Every table and column the code uses exists (sqlite-utils' introspection)."""
+        problems = []
+        tables = set(self.db.table_names())
+        for table, wanted in EXPECTED_COLUMNS.items():
+            if table not in tables:
+                problems.append(f"table {table} is missing")
+                continue
+            missing = wanted - set(self.db[table].columns_dict)
+            if missing:
+                problems.append(f"{table} lacks column(s) {', '.join(sorted(missing))}")
+        if problems:
+            raise SchemaError(
+                f"{self.path} is not a docinbox database this version can use: "
+                + "; ".join(problems)
+                + " (move it away, or point state_dir at an empty folder)"
+            )
 
     def schema_version(self) -> int:
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])

@@ -488,7 +488,7 @@ class Supervisor:
             # pages, wait, retry. Nothing is marked done without its output.
             delay = min(30.0 * 2 ** max(0, job.attempts - 1), 900.0)
             why = exc.strerror or str(exc)
-            where = self._folder_of(exc.filename)
+            where = self._folder_of(exc)
             msg = f"waiting: cannot write {where} ({why}); retry in {delay:.0f} s"
             log.warning("job %s: %s", job.id, msg)
             self.store.requeue(
@@ -515,15 +515,34 @@ class Supervisor:
         self.current = None
         self.phase = Phase.IDLE
 
-    def _folder_of(self, filename: Any) -> str:
-        """Which configured folder an OSError is about, in the user's words."""
-        if filename:
-            path = Path(os.fsdecode(filename))
-            for name in ("outbox", "archive"):
-                folder = getattr(self.cfg, name)
-                if path == folder or path.is_relative_to(folder):
-                    return f"the {name} ({safe_display(folder)})"
+    def _folder_of(self, exc: OSError) -> str:
+        """Which configured folder an OSError is about, in the user's words.
+
+        A failed rename names both ends (filename, filename2) whichever end refused, so
+        where both are known the one that is not writable now is named.
+        """
+        named = [self._configured_folder(f) for f in (exc.filename2, exc.filename) if f]
+        found = [n for n in named if n is not None]
+        for name, folder in found:
+            if not os.access(folder, os.W_OK):
+                return f"the {name} ({safe_display(folder)})"
+        if found:
+            name, folder = found[0]
+            return f"the {name} ({safe_display(folder)})"
         return f"the outbox ({safe_display(self.cfg.outbox)})"
+
+    def _configured_folder(self, filename: Any) -> tuple[str, Path] | None:
+        path = Path(os.fsdecode(filename))
+        for name in ("outbox", "archive", "failed"):
+            folder: Path = getattr(self.cfg, name)
+            if path == folder or path.is_relative_to(folder):
+                return name, folder
+        for inbox in self.cfg.inboxes:
+            # Moving or deleting the original out of its inbox: under systemd, an inbox
+            # missing from ReadWritePaths= is read-only (see check-config --systemd).
+            if path == inbox.path or path.is_relative_to(inbox.path):
+                return "inbox", inbox.path
+        return None
 
     def _fail_current(self, kind: str, message: str) -> None:
         cur = self.current

@@ -50,7 +50,10 @@ def test_check_config_reports_every_problem_and_exits_78(tmp_path: Path) -> None
                    "engine.precision"):
         assert needle in r.stderr, (needle, r.stderr)
     assert "Traceback" not in r.stderr and "hunter2" not in r.stderr
-    # once the file parses, the folder checks run and refuse an outbox inside the inbox
+    # ... and in the same round the folder checks: the outbox inside the inbox
+    assert "outbox:" in r.stderr and "inside" in r.stderr, r.stderr
+    assert not (tmp_path / "inbox" / "out").exists()  # nothing created for a broken file
+    # the folder problem alone, once the rest is fixed
     cfgfile.write_text(yaml.safe_dump({"inboxes": ["inbox"], "outbox": "inbox/out"}))
     r = cli("check-config", "--config", str(cfgfile))
     assert r.returncode == 78 and "outbox" in r.stderr and "inside" in r.stderr, r.stderr
@@ -113,6 +116,11 @@ def test_status_list_retry_after_adding_the_password(tmp_path: Path, daemon_fact
     assert "encrypted" in r.stdout and "no matching password" in r.stdout
     facts = json.loads(cli("status", "--json", "--config", str(d.config)).stdout)
     assert facts["counts"]["failed"] == 1 and facts["running"] is True
+    # the same facts the health endpoint serves, read from the database
+    assert facts["worker"]["last_heartbeat_age"] is not None
+    assert facts["disk_free_bytes"]["outbox"] > 0 and facts["queue_age_seconds"] is None
+    assert "totals:  0 pages processed, 0 duplicates skipped" in r.stdout
+    assert "disk:    outbox " in r.stdout and "last heartbeat" in r.stdout
     listing = json.loads(cli("list", "--state", "failed", "--json",
                              "--config", str(d.config)).stdout)
     assert [j["id"] for j in listing] == [int(jid)]
@@ -128,6 +136,7 @@ def test_status_list_retry_after_adding_the_password(tmp_path: Path, daemon_fact
     assert r.returncode == 0, r.stderr
     wait_for(lambda: d.jobs()[0]["state"] == "done", 120, "the retry", d.proc)
     assert "Quarterly secrets" in d.outputs()[0].read_text()
+    assert "letmein" not in d.output()  # the password opened the file, never reached the log
     assert (tmp_path / "archive" / "locked.pdf").exists()
     assert not (tmp_path / "failed" / "locked.pdf").exists()
     # the old error file goes with it: failed/ lists only what is still failed
@@ -261,3 +270,21 @@ def test_model_info_loads_a_local_checkpoint(tiny_model: Path, tmp_path: Path) -
     missing = cli("model", "info", "--model", "opendatalab/MinerU2.5-2509-1.2B", cwd=tmp_path,
                   env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
     assert missing.returncode == 4 and "docinbox model pull" in missing.stderr, missing
+
+
+def test_model_pull_says_why_it_cannot_download_and_what_to_do(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    hf = {"HF_HOME": str(tmp_path / "hf")}
+    offline = cli("model", "pull", cwd=tmp_path, env={**hf, "HF_HUB_OFFLINE": "1"})
+    assert offline.returncode == 4, offline
+    assert "cannot download opendatalab/MinerU2.5-2509-1.2B: HF_HUB_OFFLINE is set" in (
+        offline.stderr)
+    assert "fix: unset HF_HUB_OFFLINE" in offline.stderr and "Traceback" not in offline.stderr
+    # HF_ENDPOINT is honoured: a mirror that refuses the connection (loopback, port 9)
+    refused = cli("model", "pull", cwd=tmp_path, env={**hf, "HF_ENDPOINT": "http://127.0.0.1:9"},
+                  timeout=120)
+    assert refused.returncode == 4 and "cannot reach http://127.0.0.1:9" in refused.stderr
+    assert "fix: check the network or proxy; HF_ENDPOINT selects a mirror" in refused.stderr
+    local = cli("model", "pull", "--model", str(tiny_model), cwd=tmp_path)
+    assert local.returncode == 0 and "nothing to download" in local.stdout, local

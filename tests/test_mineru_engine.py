@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from daemon import output
 from daemon.config import EngineConfig, LimitsConfig, Precision
 from daemon.engines import create_engine
 from daemon.engines.base import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
@@ -130,11 +131,26 @@ def test_layout_parsing_recognition_and_markdown_are_exact() -> None:
               md="\\[\nE = m c^2\n\\]"),
         Block("image", (0.1, 0.8, 0.5, 0.95), angle=0, md=None),
     ]  # fmt: skip
-    markdown = "\n\n".join(b.md for b in result.blocks if b.md)
-    assert markdown == (
+    # What the outbox gets, through the shipped writers: <stem>.md ...
+    assert output.pages_to_markdown([result.blocks]) == (
         "# Results\n\nThe first part of a para- graph continues here.\n\n"
-        f"{TABLE_HTML}\n\n\\[\nE = m c^2\n\\]"
+        f"{TABLE_HTML}\n\n\\[\nE = m c^2\n\\]\n"
     )
+    # ... and <stem>_content_list.json, entry for entry as MinerU writes it
+    assert output.content_list([result.blocks]) == [
+        {"type": "text", "text": "Results", "text_level": 1, "bbox": [100, 50, 900, 100],
+         "page_idx": 0},
+        {"type": "text", "text": "The first part of a para-", "bbox": [100, 120, 900, 300],
+         "page_idx": 0},
+        {"type": "table", "img_path": "", "table_caption": [], "table_footnote": [],
+         "table_body": TABLE_HTML, "bbox": [100, 320, 900, 600], "page_idx": 0},
+        {"type": "text", "text": "graph continues here.", "bbox": [100, 620, 900, 700],
+         "page_idx": 0},
+        {"type": "equation", "text": "$$\nE = m c^2\n$$", "text_format": "latex",
+         "bbox": [300, 720, 700, 780], "page_idx": 0},
+        {"type": "image", "img_path": "", "image_caption": [], "image_footnote": [],
+         "bbox": [100, 800, 500, 950], "page_idx": 0},
+    ]  # fmt: skip
     # Layout on MinerU's fixed 1036x1036 image; blocks cropped from the full 2000x3000 page.
     assert fake.calls[0] == (LAYOUT_PROMPT, (1036, 1036), 300)
     assert fake.calls[1:] == [
@@ -335,10 +351,15 @@ def test_missing_weights_offline_fail_fast_with_the_pull_hint(
 
 
 def test_auto_precision_follows_cpu_flags() -> None:
-    assert auto_precision({"avx2", "avx512_bf16"}) == "bf16"
-    assert auto_precision({"avx2", "amx_bf16"}) == "bf16"
-    assert auto_precision({"avx2", "fma"}) == "mixed"
-    assert auto_precision(set()) == "mixed"
+    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16"
+    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16"
+    assert auto_precision({"avx2", "fma"}, env={}) == "mixed"
+    assert auto_precision(set(), env={}) == "mixed"
+    # torch capped below native bf16 emulates it: then mixed, whatever the CPU has
+    amx = {"avx2", "avx512_bf16", "amx_bf16"}
+    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "mixed"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "mixed"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16"
 
 
 def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) -> None:
@@ -356,6 +377,41 @@ def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) ->
     config = _tied_config(folder)
     assert config.tie_word_embeddings is True
     assert config.get_text_config(decoder=True).tie_word_embeddings is True
+
+
+def test_a_tied_checkpoint_without_lm_head_loads_with_the_embeddings_as_head(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """MinerU2.5 stores no lm_head: it is the input embedding. mineru-vl-utils ships its
+    tie fix because transformers 5.x releases have treated such a head as missing and
+    initialised it randomly (noise out); whatever transformers is installed, the
+    production load must end with the head tied to the stored embeddings."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from daemon.engines.mineru_model import load_model
+
+    folder = tmp_path / "tied"
+    shutil.copytree(tiny_model, folder)
+    raw = json.loads((folder / "config.json").read_text())
+    raw["tie_word_embeddings"] = True  # top level only, as in MinerU2.5's config.json
+    raw["text_config"].pop("tie_word_embeddings", None)
+    (folder / "config.json").write_text(json.dumps(raw))
+    (weights_file,) = folder.glob("*.safetensors")
+    tensors = load_file(str(weights_file))
+    head = [k for k in tensors if k.endswith("lm_head.weight")]
+    assert head, "the tiny checkpoint stores an lm_head to drop"
+    for k in head:
+        del tensors[k]
+    save_file(tensors, str(weights_file), metadata={"format": "pt"})
+    embed_key = next(k for k in tensors if k.endswith("embed_tokens.weight"))
+
+    loaded = load_model(str(folder), None, precision="fp32")
+    qwen = loaded.model
+    assert qwen.lm_head.weight is qwen.model.language_model.embed_tokens.weight
+    assert torch.equal(qwen.lm_head.weight, tensors[embed_key].float())
 
 
 @pytest.mark.parametrize(

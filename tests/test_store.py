@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from daemon.states import TRANSITIONS, IllegalTransition, JobState, check_transition
-from daemon.store import SCHEMA_VERSION, Store
+from daemon.store import SCHEMA_VERSION, SchemaError, Store
 
 
 @pytest.fixture()
@@ -45,6 +45,34 @@ def test_reopen_keeps_data_and_refuses_newer_schema(tmp_path: Path) -> None:
     s.close()
     with pytest.raises(RuntimeError, match="newer than this docinbox"):
         Store(path)
+
+
+def test_a_database_from_elsewhere_is_refused_with_what_is_wrong(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    foreign = sqlite3.connect(str(path))
+    # user_version says "ours", the tables say otherwise (another program's file, a
+    # damaged restore)
+    foreign.executescript(
+        "CREATE TABLE documents (id INTEGER PRIMARY KEY, sha256 TEXT);"
+        f"PRAGMA user_version={SCHEMA_VERSION};"
+    )
+    foreign.close()
+    with pytest.raises(SchemaError) as caught:
+        Store(path)
+    msg = str(caught.value)
+    assert "documents lacks column(s) first_seen, size" in msg
+    assert "table jobs is missing" in msg and "point state_dir at an empty folder" in msg
+
+
+def test_migrations_run_statement_by_statement_from_an_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite3"
+    sqlite3.connect(str(path)).close()  # version 0: an empty database
+    s = Store(path)
+    assert s.schema_version() == SCHEMA_VERSION
+    names = {r[0] for r in s.conn.execute("SELECT name FROM sqlite_master")}
+    assert {"documents", "jobs", "sources", "pages", "counters", "runtime",
+            "jobs_state", "jobs_document"} <= names
+    s.close()
 
 
 def test_transition_table_is_complete_and_enforced() -> None:

@@ -291,3 +291,29 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
         sup.request_stop(clock.now)
         run_until(lambda: sup.stopped)
         d.close()
+
+
+def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> None:
+    import errno
+
+    cfg, _, sup, _ = setup(tmp_path)
+    inbox = cfg.inboxes[0].path
+    # deleting the original out of a read-only inbox (an inbox missing from systemd's
+    # ReadWritePaths=): only one end is known
+    gone = OSError(errno.EROFS, "Read-only file system", str(inbox / "a.pdf"))
+    assert sup._folder_of(gone) == f"the inbox ({inbox})"
+    # a rename names both ends; with both writable, the destination is named
+    both = OSError(errno.ENOSPC, "No space left on device", str(inbox / "a.pdf"), None,
+                   str(cfg.archive / "a.pdf"))
+    assert sup._folder_of(both) == f"the archive ({cfg.archive})"
+    assert sup._folder_of(OSError(errno.EIO, "I/O error")) == f"the outbox ({cfg.outbox})"
+
+
+def test_a_state_folder_open_to_others_is_made_private_at_start(tmp_path: Path) -> None:
+    from daemon.app import tighten_state_dir
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    tighten_state_dir(state)
+    assert state.stat().st_mode & 0o777 == 0o700

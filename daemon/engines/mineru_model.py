@@ -158,9 +158,26 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-def auto_precision(flags: set[str] | None = None) -> str:
-    """bf16 everywhere only where the CPU computes bf16 natively; else `mixed`."""
+# Values of torch's own ISA caps under which it no longer uses native bf16 instructions.
+_ATEN_NO_BF16 = {"default", "avx2"}
+_ONEDNN_NO_BF16 = {"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"}
+
+
+def auto_precision(
+    flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
+) -> str:
+    """bf16 everywhere only where the CPU computes bf16 natively; else `mixed`.
+
+    torch's ISA caps count too: with ATEN_CPU_CAPABILITY=avx2 or ONEDNN_MAX_CPU_ISA=AVX2
+    (set by a user to work around a kernel bug, or to reproduce an AVX2 box) torch
+    emulates bf16 even on an AMX CPU, and bf16 is then the slowest choice.
+    """
     flags = cpu_flags() if flags is None else flags
+    env = os.environ if env is None else env
+    if env.get("ATEN_CPU_CAPABILITY", "").lower() in _ATEN_NO_BF16:
+        return "mixed"
+    if env.get("ONEDNN_MAX_CPU_ISA", "").lower() in _ONEDNN_NO_BF16:
+        return "mixed"
     if {"avx512_bf16", "amx_bf16"} & flags:
         return "bf16"
     return "mixed"
