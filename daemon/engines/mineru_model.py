@@ -33,6 +33,7 @@ import os
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -345,12 +346,13 @@ def cast_in_chunks(module: Any, dtype: Any) -> None:
     """
     from torch import nn
 
+    release = _file_page_releaser()  # the mappings do not change while we cast
     for child in module.children():
         blocks = list(child) if isinstance(child, nn.ModuleList) else [child]
         for block in blocks:
             old = [(t.data_ptr(), t.untyped_storage().nbytes()) for t in _tensors(block)]
             block.to(dtype)
-            _release_file_pages(old)
+            release(old)
     module.to(dtype)  # the module's own parameters, if any; a no-op for the rest
 
 
@@ -363,15 +365,16 @@ _MADV_DONTNEED = 4
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def _release_file_pages(ranges: list[tuple[int, int]]) -> None:
-    """Drop the resident pages of tensors we just replaced, where they lie in a mapping
-    of a *.safetensors file, from this process's RSS.
+def _file_page_releaser() -> Callable[[list[tuple[int, int]]], None]:
+    """A function that drops the resident pages of tensors we just replaced, where they
+    lie in a mapping of a *.safetensors file, from this process's RSS.
 
     Only whole pages strictly inside a replaced tensor are passed, so no neighbour's
     page is touched, and only inside FILE mappings of the checkpoint, never anonymous
     memory (where MADV_DONTNEED would zero data). For a file page the kernel reads the
     page back from the (still cached) file if anything touches it again: the checkpoint's
-    own bytes. A no-op where /proc or madvise is not available.
+    own bytes. A no-op where /proc or madvise is not available. The mappings are read
+    once, by this call, not once per block.
     """
     try:
         import ctypes
@@ -382,19 +385,21 @@ def _release_file_pages(ranges: list[tuple[int, int]]) -> None:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
             maps = [line.split(maxsplit=5) for line in fh]
     except (OSError, AttributeError):
-        return
+        return lambda _ranges: None
     files: list[tuple[int, int]] = []
     for fields in maps:
         if len(fields) == 6 and fields[5].rstrip("\n").endswith(".safetensors"):
             lo, hi = (int(x, 16) for x in fields[0].split("-"))
             files.append((lo, hi))
-    for ptr, nbytes in ranges:
-        start = -(-ptr // _PAGE) * _PAGE  # round up
-        stop = (ptr + nbytes) // _PAGE * _PAGE  # round down
-        if stop <= start:
-            continue
-        if any(lo <= start and stop <= hi for lo, hi in files):
-            madvise(start, stop - start, _MADV_DONTNEED)
+
+    def release(ranges: list[tuple[int, int]]) -> None:
+        for ptr, nbytes in ranges:
+            start = -(-ptr // _PAGE) * _PAGE  # round up
+            stop = (ptr + nbytes) // _PAGE * _PAGE  # round down
+            if stop > start and any(lo <= start and stop <= hi for lo, hi in files):
+                madvise(start, stop - start, _MADV_DONTNEED)
+
+    return release
 
 
 def stored_dtype(folder: Path) -> str | None:
