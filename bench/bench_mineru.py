@@ -183,7 +183,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from PIL import Image
 
     sys.path.insert(0, str(REPO))
-    from daemon.engines.base import PageInput, PageOptions
+    from daemon.page import PageInput, PageOptions
 
     import_seconds = time.monotonic() - t_import
     path: str = spec["path"]
@@ -350,7 +350,8 @@ def prepare_page(pdf: Path, dpi: int, cache: Path) -> dict[str, Any]:
     cache.mkdir(parents=True, exist_ok=True)
     if pdf.is_file():
         from daemon.config import LimitsConfig
-        from daemon.render import inspect, render_page
+        from daemon.raster import render_page
+        from daemon.sniff import inspect
 
         limits = LimitsConfig()
         info = inspect(pdf, passwords=(), limits=limits)

@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 import yaml
 
 if TYPE_CHECKING:
-    # Only for the annotation: engines.base imports Pillow, which the daemon process
-    # should not pay for just to read its configuration.
-    from daemon.engines.base import PageOptions
+    from daemon.page import PageOptions
 
 WatchMode = Literal["auto", "events", "poll"]
 AfterSuccess = Literal["archive", "delete", "keep"]
@@ -1155,7 +1153,7 @@ def check_paths(cfg: Config, create: bool = True) -> list[Problem]:
 
 def page_options_for(cfg: Config, inbox: InboxConfig | None) -> PageOptions:
     """The engine block's page keys with `inbox.engine_options` laid over them."""
-    from daemon.engines.base import PageOptions
+    from daemon.page import PageOptions
 
     e = cfg.engine
     merged: dict[str, Any] = {
@@ -1170,10 +1168,11 @@ def page_options_for(cfg: Config, inbox: InboxConfig | None) -> PageOptions:
         merged.update(inbox.engine_options)
     return PageOptions(
         text_layer=merged["text_layer"],
+        dpi=merged["dpi"],
+        max_long_side=merged["max_long_side"],
         max_new_tokens_layout=merged["max_new_tokens_layout"],
         max_new_tokens_block=merged["max_new_tokens_block"],
-        extra={"dpi": merged["dpi"], "max_long_side": merged["max_long_side"],
-               "pages": merged["pages"]},
+        pages=merged["pages"],
     )
 
 

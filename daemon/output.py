@@ -40,9 +40,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from daemon import __version__
-from daemon.engines import base
-from daemon.engines.base import Block
+from daemon import page as base
 from daemon.errors import FailureKind
+from daemon.page import Block
 
 log = logging.getLogger("docinbox.output")
 

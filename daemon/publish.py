@@ -18,8 +18,8 @@ from typing import Any
 
 from daemon import __version__, output
 from daemon.config import Config
-from daemon.engines.base import Block
 from daemon.errors import FailureKind
+from daemon.page import Block
 from daemon.store import Job, Store
 
 log = logging.getLogger("docinbox.publish")

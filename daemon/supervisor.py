@@ -19,6 +19,7 @@ one step at a time. Wall-clock times for the records come from the injected `wal
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import logging
@@ -453,13 +454,7 @@ class Supervisor:
 
     def _page_options(self, job: Job) -> dict[str, Any]:
         inbox = next((i for i in self.cfg.inboxes if str(i.path) == job.inbox), None)
-        opts = page_options_for(self.cfg, inbox)
-        return {
-            "text_layer": opts.text_layer,
-            "max_new_tokens_layout": opts.max_new_tokens_layout,
-            "max_new_tokens_block": opts.max_new_tokens_block,
-            **opts.extra,
-        }
+        return dataclasses.asdict(page_options_for(self.cfg, inbox))
 
     def _send(self, msg: tuple[Any, ...]) -> None:
         assert self.conn is not None

@@ -121,7 +121,7 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
 
 
 def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> None:
-    from daemon import render
+    from daemon import raster, sniff
     from daemon.engines import create_engine
 
     try:
@@ -146,7 +146,7 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
         return
     chan.send(("ready", asdict(info)))
 
-    docs: dict[int, render.DocumentInfo] = {}
+    docs: dict[int, sniff.DocumentInfo] = {}
     while True:
         try:
             msg = conn.recv()
@@ -161,7 +161,7 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
         try:
             if op == "inspect":
                 docs.clear()  # one document at a time: forget the previous one's password
-                doc = _inspect(render, path, cfg)
+                doc = _inspect(sniff, path, cfg)
                 docs[job_id] = doc
                 chan.send(
                     (
@@ -171,9 +171,9 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
                     )
                 )
             elif op == "page":
-                doc = docs.get(job_id) or _inspect(render, path, cfg)
+                doc = docs.get(job_id) or _inspect(sniff, path, cfg)
                 docs[job_id] = doc
-                _page(chan, engine, render, cfg, job_id, path, doc, int(msg[3]), dict(msg[4]))
+                _page(chan, engine, raster, cfg, job_id, path, doc, int(msg[3]), dict(msg[4]))
             else:
                 log.error("unknown request %r", op)
         except DocumentError as exc:
@@ -229,7 +229,7 @@ class _Progress:
 def _page(
     chan: _Channel,
     engine: Any,
-    render: Any,
+    raster: Any,
     cfg: Config,
     job_id: int,
     path: Path,
@@ -237,24 +237,18 @@ def _page(
     page_idx: int,
     opts: dict[str, Any],
 ) -> None:
-    from daemon.engines.base import PageOptions
+    from daemon.page import PageOptions
 
     t0 = time.monotonic()
-    page = render.render_page(
+    # The supervisor sends the complete options (config.page_options_for) as a dict.
+    options = PageOptions(**opts)
+    page = raster.render_page(
         path,
         doc,
         page_idx,
-        dpi=int(opts.get("dpi", cfg.engine.dpi)),
-        max_long_side=int(opts.get("max_long_side", cfg.engine.max_long_side)),
+        dpi=options.dpi,
+        max_long_side=options.max_long_side,
         max_image_pixels=cfg.limits.max_image_pixels,
-    )
-    options = PageOptions(
-        text_layer=str(opts.get("text_layer", cfg.engine.text_layer)),
-        max_new_tokens_layout=int(
-            opts.get("max_new_tokens_layout", cfg.engine.max_new_tokens_layout)
-        ),
-        max_new_tokens_block=int(opts.get("max_new_tokens_block", cfg.engine.max_new_tokens_block)),
-        extra=opts,
     )
     result = engine.parse_page(page, options, _Progress(chan, job_id, page_idx))
     seconds = time.monotonic() - t0
@@ -265,5 +259,5 @@ def _page(
     chan.send(("page_done", job_id, page_idx, [b.to_dict() for b in result.blocks], info, seconds))
 
 
-def _inspect(render: Any, path: Path, cfg: Config) -> Any:
-    return render.inspect(path, passwords=cfg.passwords, limits=cfg.limits)
+def _inspect(sniff: Any, path: Path, cfg: Config) -> Any:
+    return sniff.inspect(path, passwords=cfg.passwords, limits=cfg.limits)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import EngineConfig
-from daemon.engines.base import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 from daemon.errors import EngineUnavailable
+from daemon.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 
 _HOG: list[bytearray] = []
 

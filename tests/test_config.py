@@ -554,13 +554,13 @@ def test_page_options_merge_inbox_overrides(tmp_path: Path) -> None:
     )
     plain = page_options_for(cfg, cfg.inboxes[0])
     assert plain.text_layer == "auto"
-    assert plain.extra == {"dpi": 150, "max_long_side": 3000, "pages": None}
+    assert (plain.dpi, plain.max_long_side, plain.pages) == (150, 3000, None)
     fine = cfg.page_options_for(cfg.inboxes[1])
     assert fine.text_layer == "off"
     assert fine.max_new_tokens_block == 64
     assert fine.max_new_tokens_layout == 1536
-    assert fine.extra == {"dpi": 300, "max_long_side": 3000, "pages": None}
-    assert page_options_for(cfg, None).extra["dpi"] == 150
+    assert (fine.dpi, fine.max_long_side, fine.pages) == (300, 3000, None)
+    assert page_options_for(cfg, None).dpi == 150
 
 
 def test_inbox_for_picks_deepest_and_respects_recursive(tmp_path: Path) -> None:

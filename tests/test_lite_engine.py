@@ -10,10 +10,12 @@ from typing import Any
 import docgen
 import pytest
 
-from daemon import render
+from daemon import raster, sniff
 from daemon.config import EngineConfig, LimitsConfig
 from daemon.engines import create_engine
-from daemon.engines.base import (
+from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks, resolve_threads
+from daemon.errors import EngineUnavailable
+from daemon.page import (
     PAGE_NUMBER,
     SOURCE_OCR,
     SOURCE_TEXT_LAYER,
@@ -25,8 +27,6 @@ from daemon.engines.base import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks, resolve_threads
-from daemon.errors import EngineUnavailable
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
@@ -53,8 +53,8 @@ def _no_network(*args: Any, **kwargs: Any) -> None:
 
 
 def page_of(path: Path, idx: int = 0, *, dpi: int = 150) -> PageInput:
-    info = render.inspect(path, passwords=(), limits=LimitsConfig())
-    return render.render_page(path, info, idx, dpi=dpi, max_long_side=4000, max_image_pixels=10**9)
+    info = sniff.inspect(path, passwords=(), limits=LimitsConfig())
+    return raster.render_page(path, info, idx, dpi=dpi, max_long_side=4000, max_image_pixels=10**9)
 
 
 def parse(engine: LiteEngine, page: PageInput, **options: Any) -> PageResult:

@@ -19,7 +19,6 @@ from PIL import Image
 from daemon import output
 from daemon.config import EngineConfig, LimitsConfig, Precision
 from daemon.engines import create_engine
-from daemon.engines.base import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
 from daemon.engines.mineru import (
     Prediction,
     client_defaults,
@@ -29,7 +28,8 @@ from daemon.engines.mineru import (
 )
 from daemon.engines.mineru_model import auto_precision, resolve_weights
 from daemon.errors import EngineUnavailable
-from daemon.render import TextLine
+from daemon.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
+from daemon.textlayer import TextLine
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
 
 LAYOUT_PROMPT = "\nLayout Detection:"
@@ -287,7 +287,8 @@ def test_tiny_model_runs_every_stage_in_each_precision(
 def test_tiny_model_with_a_born_digital_pdf_uses_its_text_layer(
     tiny_model: Path, tmp_path: Path
 ) -> None:
-    from daemon.render import inspect, render_page
+    from daemon.raster import render_page
+    from daemon.sniff import inspect
     from tests.docgen import make_text_pdf
 
     body = [f"Line number {i} of the report body text." for i in range(40)]

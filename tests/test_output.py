@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from daemon import __version__, config, output
-from daemon.engines.base import Block
 from daemon.errors import FailureKind
+from daemon.page import Block
 
 SHA_A = "a" * 8 + "1" * 56
 SHA_B = "b" * 8 + "2" * 56

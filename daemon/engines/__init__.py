@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from daemon.config import EngineConfig
-    from daemon.engines.base import Engine
+    from daemon.page import Engine
 
 BUILTIN = ("mineru", "lite")
 

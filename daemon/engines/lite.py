@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from daemon.config import EngineConfig
-from daemon.engines.base import (
+from daemon.errors import EngineUnavailable
+from daemon.page import (
     PAGE_NUMBER,
     SOURCE_OCR,
     SOURCE_TEXT_LAYER,
@@ -43,7 +44,6 @@ from daemon.engines.base import (
     PageResult,
     ProgressFn,
 )
-from daemon.errors import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class LiteEngine:
         info: dict[str, Any] = {}
         lines: list[_Line] | None = None
         if page.pdf_path is not None and options.text_layer == "auto":
-            from daemon.render import pdf_text_layer, text_layer_is_trustworthy
+            from daemon.textlayer import pdf_text_layer, text_layer_is_trustworthy
 
             layer = pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
             if text_layer_is_trustworthy(layer):

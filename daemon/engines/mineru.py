@@ -29,7 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daemon.engines.base import (
+from daemon.errors import DocumentError
+from daemon.page import (
     EQUATION,
     SOURCE_MODEL,
     SOURCE_TEXT_LAYER,
@@ -41,11 +42,10 @@ from daemon.engines.base import (
     PageResult,
     ProgressFn,
 )
-from daemon.errors import DocumentError
 
 if TYPE_CHECKING:
     from daemon.config import EngineConfig
-    from daemon.render import TextLine
+    from daemon.textlayer import TextLine
 
     from .mineru_model import LoadedModel
 
@@ -176,7 +176,7 @@ def fill_from_text_layer(blocks: Sequence[Any], lines: Sequence[TextLine]) -> di
     Returns {id(block): text} for the blocks that were filled (the caller skips the model
     for those). Blocks whose box holds no text-layer text are left to the model.
     """
-    from daemon.render import text_in_bbox
+    from daemon.textlayer import text_in_bbox
 
     filled: dict[int, str] = {}
     for block in blocks:
@@ -238,7 +238,7 @@ def run_page(
             # A broken text layer on a page that rendered fine: the pixels still work.
             lines, stats.text_layer = None, "error"
         if lines is not None:
-            from daemon.render import text_layer_is_trustworthy
+            from daemon.textlayer import text_layer_is_trustworthy
 
             if text_layer_is_trustworthy(lines):
                 filled = fill_from_text_layer(blocks, lines)
@@ -303,43 +303,52 @@ def to_blocks(content_blocks: Sequence[Any], text_layer_ids: set[int]) -> list[B
     for cb in content_blocks:
         content: str = cb.content or ""
         x0, y0, x1, y1 = (float(v) for v in cb.bbox)
-        block = Block(
-            type=cb.type,
-            bbox=(x0, y0, x1, y1),
-            angle=cb.angle,
-            source=SOURCE_TEXT_LAYER if id(cb) in text_layer_ids else SOURCE_MODEL,
-        )
+        text, text_level = content, 0
+        html: str | None = None
+        latex: str | None = None
         if cb.type == TABLE:
             is_html = content.lstrip().lower().startswith("<table")
-            block.html = content if is_html else None
-            block.text = "" if is_html else content
+            html = content if is_html else None
+            text = "" if is_html else content
         elif cb.type == EQUATION:
             match = _EQ_WRAP_RE.match(content)
-            block.latex = match.group(1) if match else content
+            latex = match.group(1) if match else content
+            text = ""
         elif cb.type in TITLE_LEVELS:
             heading = _HEADING_RE.match(content)
-            block.text_level = len(heading.group(1)) if heading else TITLE_LEVELS[cb.type]
-            block.text = content[heading.end() :] if heading else content
-        else:
-            block.text = content
+            text_level = len(heading.group(1)) if heading else TITLE_LEVELS[cb.type]
+            text = content[heading.end() :] if heading else content
 
-        if cb.type in NO_MARKDOWN_TYPES and not content:
-            block.md = None
-        elif not content:
-            block.md = ""
-        elif cb.get("merge_prev", False) and head is not None:
-            runs[head].append(cb)
-            blocks[head].md = json2md(runs[head])
-            block.md = ""
-        elif cb.type in TITLE_LEVELS:
-            block.md = "#" * block.text_level + " " + block.text
-        else:
-            block.md = json2md([{"type": cb.type, "content": content}])
+        md: str | None
         merged = bool(cb.get("merge_prev", False)) and head is not None
+        if cb.type in NO_MARKDOWN_TYPES and not content:
+            md = None
+        elif not content:
+            md = ""
+        elif merged and head is not None:
+            runs[head].append(cb)
+            blocks[head] = dataclasses.replace(blocks[head], md=json2md(runs[head]))
+            md = ""
+        elif cb.type in TITLE_LEVELS:
+            md = "#" * text_level + " " + text
+        else:
+            md = json2md([{"type": cb.type, "content": content}])
         if content and not merged and cb.type == "text":
             head = len(blocks)
             runs[head] = [cb]
-        blocks.append(block)
+        blocks.append(
+            Block(
+                type=cb.type,
+                bbox=(x0, y0, x1, y1),
+                text=text,
+                text_level=text_level,
+                html=html,
+                latex=latex,
+                angle=cb.angle,
+                source=SOURCE_TEXT_LAYER if id(cb) in text_layer_ids else SOURCE_MODEL,
+                md=md,
+            )
+        )
     return blocks
 
 
@@ -438,7 +447,7 @@ class MinerUEngine:
     def _text_layer(page: PageInput) -> Sequence[TextLine] | None:
         if page.pdf_path is None:
             return None
-        from daemon.render import pdf_text_layer
+        from daemon.textlayer import pdf_text_layer
 
         return pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
 

@@ -1,6 +1,9 @@
-"""The engine interface: load once, then parse one page image at a time into blocks.
+"""The page contract: what an engine is given for one page and what it hands back.
 
-An engine lives inside the worker process only. The daemon never imports torch.
+Every module on the data path (worker, engines, supervisor, store, output) speaks these
+types, so this module imports nothing heavy: the daemon process loads it to read page
+results and must never load Pillow or torch (a test checks `sys.modules`). The page image
+is typed only for the type checker; the worker and the engines are the ones holding pixels.
 """
 
 from __future__ import annotations
@@ -8,22 +11,37 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from PIL import Image
+if TYPE_CHECKING:
+    from PIL import Image
 
-# MinerU's block vocabulary (mineru_vl_utils.structs.BlockType); engines use these names so
-# that content_list.json reads like MinerU's own output.
+# MinerU's block vocabulary (mineru_vl_utils.structs.BlockType); engines emit these names so
+# that the output formats can render them the way MinerU's own renderers do.
 TEXT = "text"
 TITLE = "title"
-TABLE = "table"
 IMAGE = "image"
-EQUATION = "equation"
-LIST = "list"
+IMAGE_CAPTION = "image_caption"
+IMAGE_FOOTNOTE = "image_footnote"
+TABLE = "table"
+TABLE_CAPTION = "table_caption"
+TABLE_FOOTNOTE = "table_footnote"
+CHART = "chart"
+CHART_CAPTION = "chart_caption"
+CHART_FOOTNOTE = "chart_footnote"
+EQUATION = "equation"  # interline (display) equation
 CODE = "code"
+CODE_CAPTION = "code_caption"
+ALGORITHM = "algorithm"
+LIST = "list"
+LIST_ITEM = "list_item"
+REF_TEXT = "ref_text"
 HEADER = "header"
 FOOTER = "footer"
 PAGE_NUMBER = "page_number"
+ASIDE_TEXT = "aside_text"
+PAGE_FOOTNOTE = "page_footnote"
+PHONETIC = "phonetic"
 
 # Where a block's content came from; recorded in meta.json so a user can tell.
 SOURCE_TEXT_LAYER = "text_layer"
@@ -31,7 +49,7 @@ SOURCE_OCR = "ocr"
 SOURCE_MODEL = "model"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Block:
     """One layout block of a page, in reading order.
 
@@ -61,7 +79,7 @@ class Block:
         return cls(**d)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PageInput:
     """One rendered page plus what an engine may want beyond pixels."""
 
@@ -70,28 +88,36 @@ class PageInput:
     page_count: int
     dpi: int | None  # None for image inputs
     pdf_path: Path | None = None  # set for PDF pages: engines may read the text layer
-    pdf_password: str | None = None  # the password that opened the PDF, never logged
+    # The password that opened the PDF; repr=False keeps it out of logs and tracebacks.
+    pdf_password: str | None = field(default=None, repr=False)
     page_size_pt: tuple[float, float] | None = None  # PDF page size in points
 
 
-@dataclass
+@dataclass(frozen=True)
 class PageOptions:
-    """Per-page knobs. Inboxes may override these (config `inboxes[].engine_options`)."""
+    """Everything that decides how one page is rendered and read, complete.
+
+    Built once per document from the engine config with the inbox's `engine_options` laid
+    over it (`config.page_options_for`); it travels to the worker as it is.
+    """
 
     text_layer: str = "auto"  # auto | off
+    dpi: int = 200
+    max_long_side: int = 4000
     max_new_tokens_layout: int = 1536
     max_new_tokens_block: int = 1024
-    extra: dict[str, Any] = field(default_factory=dict)
+    # The document's page selection ("1-3,7"); the supervisor reads it, engines ignore it.
+    pages: str | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class PageResult:
     blocks: list[Block]
     # Free-form facts for meta.json, e.g. {"text_layer_blocks": 12, "model_blocks": 3}.
     info: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class EngineInfo:
     name: str
     model_id: str | None = None
@@ -105,6 +131,13 @@ ProgressFn = Callable[[int, int, str], None]
 
 
 class Engine(Protocol):
+    """What the worker drives. Lives in the worker process only.
+
+    An engine may also declare `max_pages_in_flight: int` (read with `pages_in_flight`;
+    1 when absent). Above 1 the worker calls `parse_page` for several lookahead pages at
+    once from threads, so the engine's `parse_page` must then be thread-safe.
+    """
+
     name: str
 
     def load(self) -> EngineInfo:
@@ -118,6 +151,12 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def pages_in_flight(engine: object) -> int:
+    """How many pages `engine` may parse at once: its `max_pages_in_flight`, else 1."""
+    value = getattr(engine, "max_pages_in_flight", 1)
+    return value if isinstance(value, int) and value > 1 else 1
 
 
 def no_progress(done: int, total: int, what: str) -> None:
