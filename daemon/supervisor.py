@@ -146,7 +146,9 @@ class Supervisor:
         self._drain(now)
         if self.proc is not None:
             self._check_health(now)
-        if self.phase == Phase.IDLE and not self.stopping:
+        if self.stopping:
+            self._stop_if_between_pages(now)
+        elif self.phase == Phase.IDLE:
             if self.recycle_requested or self._should_recycle():
                 self._stop_worker(now, reason="recycle")
             else:
@@ -165,8 +167,7 @@ class Supervisor:
                 "stopping: letting the current page finish (at most %.0f s)",
                 self.cfg.worker.shutdown_timeout_seconds,
             )
-        elif self.proc is not None:
-            self._stop_worker(now, reason="shutdown")
+        self._stop_if_between_pages(now)
 
     def update_config(self, new: Config) -> None:
         """SIGHUP: the worker holds its own copy of the config (passwords, limits, engine),
@@ -254,6 +255,17 @@ class Supervisor:
         self.recycle_requested = False
         log.info("worker started (pid %s, engine %s)", proc.pid, self.engine_name)
 
+    def _stop_if_between_pages(self, now: float) -> None:
+        """While stopping, a worker that holds no request is told to exit, however it got
+        there: a finished page, a failed, completed or vanished document, an output wait, a
+        failure the supervisor recorded, or an engine still loading.
+
+        This is checked on every tick rather than by each way a document can end: a new
+        way to end one must not be able to leave the daemon waiting forever for a stop.
+        """
+        if self.proc is not None and self.phase in (Phase.IDLE, Phase.STARTING):
+            self._stop_worker(now, reason="shutdown")
+
     def _stop_worker(self, now: float, reason: str) -> None:
         assert self.proc is not None and self.conn is not None
         log.info("stopping worker (%s)", reason)
@@ -339,7 +351,8 @@ class Supervisor:
             return
         if op == "ready":
             self.engine_info = dict(msg[1])
-            self.phase = Phase.IDLE
+            if self.phase == Phase.STARTING:  # a stop sent while it loaded still stands
+                self.phase = Phase.IDLE
             log.info(
                 "worker ready: engine %s (%s)",
                 self.engine_info.get("name"),
@@ -386,12 +399,13 @@ class Supervisor:
             log.info(
                 "job %s: page %d/%s in %.1f s", cur.job.id, page_idx + 1, cur.page_count, seconds
             )
-            if self.stopping:
-                self._interrupt_current(now, "the daemon is stopping")
-                self._stop_worker(now, reason="shutdown")
-                return
-            if self.rss > self.cfg.worker.max_rss_mb * 1024 * 1024:
+            if (
+                cur.pending
+                and not self.stopping
+                and self.rss > self.cfg.worker.max_rss_mb * 1024 * 1024
+            ):
                 # Recycle at a page boundary: the document resumes on the fresh worker.
+                # Only after a page, so a worker that is big from the start still advances.
                 self._interrupt_current(now, "worker recycled (memory)")
                 self._stop_worker(now, reason=f"RSS {self.rss >> 20} MiB over max_rss_mb")
                 return
@@ -439,7 +453,13 @@ class Supervisor:
         cur = self.current
         assert cur is not None
         if not cur.pending:
+            # Also when stopping: every page is stored, and finishing now (seconds) beats
+            # leaving a complete document for the next start.
             self._complete_current(now)
+            return
+        if self.stopping:
+            self._interrupt_current(now, "the daemon is stopping")
+            self.phase = Phase.IDLE  # the tick stops the worker
             return
         cur.page_idx = cur.pending.pop(0)
         cur.page_started = now
