@@ -29,6 +29,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from daemon.engines.mineru_generate import (
+    DEFAULT_BATCH_SIZE,
+    BatchedGenerator,
+    GenRequest,
+    Prediction,
+    PredictManyFn,
+    RowDone,
+    capped,
+)
 from daemon.errors import DocumentError
 from daemon.page import (
     EQUATION,
@@ -85,12 +94,6 @@ _HEADING_RE = re.compile(r"^(#{1,6})\s+")
 _EQ_WRAP_RE = re.compile(r"^\s*\\\[\s*(.*?)\s*\\\]\s*$", re.DOTALL)
 
 
-@dataclass
-class Prediction:
-    text: str
-    tokens: int  # decoded (generated) tokens, for throughput numbers
-
-
 # predict(image, prompt, sampling_params, max_new_tokens) -> Prediction
 PredictFn = Callable[[Any, str, Any, int], Prediction]
 # reads the text layer of one page; None when there is none to use
@@ -139,15 +142,6 @@ def make_helper() -> Any:
     names = inspect.signature(MinerUClientHelper.__init__).parameters
     kwargs = {k: v for k, v in d.items() if k in names}
     return MinerUClientHelper(backend="transformers", **kwargs)
-
-
-def capped(params: Any, max_new_tokens: int) -> Any:
-    """The step's sampling params with an explicit token cap (MinerU leaves it unset)."""
-    from mineru_vl_utils import MinerUSamplingParams
-
-    if params is None:
-        return MinerUSamplingParams(max_new_tokens=max_new_tokens)
-    return dataclasses.replace(params, max_new_tokens=max_new_tokens)
 
 
 def join_text_lines(text: str) -> str:
@@ -199,11 +193,14 @@ def run_page(
     sampling_params: dict[str, Any],
     predict: PredictFn,
     text_layer: TextLayerFn | None,
+    predict_many: PredictManyFn | None = None,
 ) -> PageResult:
-    """One page through MinerU's two steps. Model-free apart from `predict`.
+    """One page through MinerU's two steps. Model-free apart from `predict`/`predict_many`.
 
     Separated from the engine class so tests can drive the parsing, text-layer fill,
-    post-processing and mapping with canned model outputs.
+    post-processing and mapping with canned model outputs. `predict_many` recognises all
+    blocks of the page in one call (batched, or concurrently, as the runtime sees fit) and
+    reports each finished block; without it the blocks go through `predict` one by one.
     """
     stats = PageStats()
     image = page.image
@@ -264,14 +261,23 @@ def run_page(
         if id(blocks[idx]) not in filled
     ]
     total = len(jobs)
+    cap = options.max_new_tokens_block
+    requests = [GenRequest(img, prompt, params, cap) for img, prompt, params, _ in jobs]
+    done = 0
+
+    def block_done(_row: int) -> None:
+        # Rows of a batch finish at different steps: count them as they finish, so
+        # `docinbox status` moves block by block even while a batch is decoding.
+        nonlocal done
+        done += 1
+        progress(done, total, "block")
+
     progress(0, total, "block")
-    for k, (img, prompt, params, idx) in enumerate(jobs, start=1):
-        cap = options.max_new_tokens_block
-        result = predict(img, prompt, capped(params, cap), cap)
+    results = (predict_many or _one_by_one(predict))(requests, block_done)
+    for (_img, _prompt, _params, idx), result in zip(jobs, results, strict=True):
         blocks[idx].content = result.text
         stats.decode_tokens += result.tokens
         stats.truncated_blocks += int(result.tokens >= cap)
-        progress(k, total, "block")
     stats.recognition_seconds = time.monotonic() - t2
     stats.model_blocks = total
     stats.text_layer_blocks = len(filled)
@@ -283,6 +289,20 @@ def run_page(
         if id(block) in filled:
             block.content = filled[id(block)]
     return PageResult(blocks=to_blocks(processed, set(filled)), info=stats.as_info())
+
+
+def _one_by_one(predict: PredictFn) -> PredictManyFn:
+    """`predict_many` for a runtime that only predicts one request at a time."""
+
+    def predict_many(requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        results = []
+        for row, request in enumerate(requests):
+            cap = request.max_new_tokens
+            results.append(predict(request.image, request.prompt, capped(request.params, cap), cap))
+            on_done(row)
+        return results
+
+    return predict_many
 
 
 def to_blocks(content_blocks: Sequence[Any], text_layer_ids: set[int]) -> list[Block]:
@@ -372,26 +392,6 @@ def route_loguru_to_logging() -> None:
     loguru_logger.add(sink, level="DEBUG", format="{message}")
 
 
-class _TokenCounter:
-    """A generate() streamer that only counts generated tokens.
-
-    transformers calls put() once with the prompt, then once per new token.
-    """
-
-    def __init__(self) -> None:
-        self.tokens = 0
-        self._prompt_seen = False
-
-    def put(self, value: Any) -> None:
-        if not self._prompt_seen:
-            self._prompt_seen = True
-            return
-        self.tokens += int(value.numel())
-
-    def end(self) -> None:
-        return None
-
-
 class MinerUEngine:
     """Engine `mineru`. Constructed with the engine config; `load()` once per worker."""
 
@@ -401,6 +401,7 @@ class MinerUEngine:
         self.config = config
         self._loaded: LoadedModel | None = None
         self._client: Any = None
+        self._generator: BatchedGenerator | None = None
 
     def load(self) -> EngineInfo:
         from transformers.utils import logging as hf_logging
@@ -422,6 +423,9 @@ class MinerUEngine:
             use_tqdm=False,
         )
         self._loaded = loaded
+        self._generator = BatchedGenerator(
+            loaded.model, loaded.processor, self._client.client, self.batch_size
+        )
         return EngineInfo(
             name=self.name,
             model_id=self.config.model,
@@ -429,6 +433,7 @@ class MinerUEngine:
             precision=loaded.precision,
             details={
                 "threads": loaded.threads,
+                "batch_size": self.batch_size,
                 "dtype_vision": loaded.dtype_vision,
                 "dtype_decoder": loaded.dtype_decoder,
                 "requested_precision": self.config.precision,
@@ -437,11 +442,20 @@ class MinerUEngine:
             },
         )
 
+    @property
+    def batch_size(self) -> int:
+        return DEFAULT_BATCH_SIZE
+
     def _predict(self, image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
-        counter = _TokenCounter()
-        # The transformers client forwards extra kwargs to model.generate().
-        text = self._client.client.predict(image, prompt, params, streamer=counter)
-        return Prediction(text=text, tokens=counter.tokens)
+        # The same generate() path as the blocks (a batch of one), so layout and blocks
+        # share MinerU's sampling rules and our per-row stopping.
+        assert self._generator is not None
+        request = GenRequest(image, prompt, params, max_new_tokens)
+        return self._generator.generate([request], lambda _row: None)[0]
+
+    def _predict_many(self, requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        assert self._generator is not None
+        return self._generator.predict_many(requests, on_done)
 
     @staticmethod
     def _text_layer(page: PageInput) -> Sequence[TextLine] | None:
@@ -466,9 +480,11 @@ class MinerUEngine:
                 sampling_params=self._client.sampling_params,
                 predict=self._predict,
                 text_layer=self._text_layer,
+                predict_many=self._predict_many,
             )
 
     def close(self) -> None:
         # Dropping the references is enough: the worker process exits or recycles soon.
         self._client = None
+        self._generator = None
         self._loaded = None

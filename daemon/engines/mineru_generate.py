@@ -1,0 +1,244 @@
+"""Generation for the transformers runtime of the `mineru` engine: several prompts, one generate().
+
+Why batching pays on a CPU: decoding is memory-bound. Each new token reads every decoder
+weight once (about 1 GB in bf16 for MinerU2.5); computing the token for 8 blocks at once reads
+them once too, so 8 blocks cost little more per step than one. Prefill and the vision tower are
+compute-bound and gain nothing, so blocks of similar size go together (little padding).
+
+How a batch stays equal to running its rows one by one (the tests check it token for token):
+
+- prompts are padded on the LEFT and carry an attention mask, so every row's last prompt token
+  sits at the end, where generation continues; Qwen2-VL derives each row's M-RoPE positions
+  from the mask, so padding shifts nothing;
+- each row has its own image (its own grid): the processor expands each row's image
+  placeholder to that image's token count and the vision tower runs on all images at once;
+- each row stops on its own, at EOS or at its own token cap (`RowStops`); a finished row is
+  padded while the others go on and its padding is cut off;
+- MinerU's sampling rules (greedy, no_repeat_ngram_size=100) are the ones mineru-vl-utils'
+  transformers client passes (`build_generate_kwargs`); transformers applies the n-gram rule
+  per row. Left padding cannot create a false n-gram match: a padded window only equals the
+  current suffix when it IS that suffix.
+
+Nothing here imports torch at module level: the daemon process imports the engine package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Default rows per generate() call. Measured on the real-shape model (docs/benchmarks.md):
+# decode time per step grows slowly with the batch while prefill padding grows with it.
+DEFAULT_BATCH_SIZE = 8
+# Upper bound on the padded prompt tokens of one batch (rows x longest prompt): bounds the
+# prefill's activation and attention memory when several large table crops meet.
+MAX_BATCH_PROMPT_TOKENS = 8192
+# Rows whose prompt lengths differ by more than this factor go to different batches: the
+# short ones would pay the long one's padding in prefill and attention at every step.
+MAX_LENGTH_RATIO = 2.0
+# Qwen2-VL: one image token per 2x2 merged 14-px patches.
+_PIXELS_PER_TOKEN = 28 * 28
+# Chat template, system prompt and MinerU's task prompt around the image tokens.
+_TEXT_TOKENS = 40
+
+
+@dataclass(frozen=True)
+class Prediction:
+    text: str
+    tokens: int  # generated tokens, EOS included: for throughput figures and truncation
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One image + prompt to complete, with MinerU's sampling params and our token cap."""
+
+    image: Any  # PIL.Image.Image
+    prompt: str
+    params: Any  # mineru_vl_utils SamplingParams | None
+    max_new_tokens: int
+
+
+# Called with a request's index (in the list given) as soon as its row has finished.
+RowDone = Callable[[int], None]
+# predict_many(requests, on_done) -> one Prediction per request, in order.
+PredictManyFn = Callable[[Sequence[GenRequest], RowDone], list[Prediction]]
+
+
+def estimate_prompt_tokens(image: Any, max_pixels: int = 1_003_520) -> int:
+    """About how many prompt tokens a block crop becomes (image tokens + chat text).
+
+    Only used to group similar rows, so Qwen2-VL's resize is approximated by the area,
+    clamped to the processor's pixel budget.
+    """
+    width, height = (int(v) for v in image.size)
+    return _TEXT_TOKENS + max(4, min(width * height, max_pixels) // _PIXELS_PER_TOKEN)
+
+
+def plan_batches(
+    sizes: Sequence[int],
+    batch_size: int,
+    max_tokens: int = MAX_BATCH_PROMPT_TOKENS,
+    max_ratio: float = MAX_LENGTH_RATIO,
+) -> list[list[int]]:
+    """Group request indices into batches of similar prompt size, smallest first.
+
+    A batch is closed when it has `batch_size` rows, when one more row would push its padded
+    size (rows x longest) past `max_tokens`, or when the next row is more than `max_ratio`
+    times longer than its shortest row.
+    """
+    order = sorted(range(len(sizes)), key=lambda i: (sizes[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current:
+            rows = len(current) + 1
+            too_many = rows > max(1, batch_size)
+            too_big = rows * sizes[i] > max_tokens
+            too_uneven = sizes[i] > max_ratio * sizes[current[0]]
+            if too_many or too_big or too_uneven:
+                batches.append(current)
+                current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def make_row_stops(caps: Sequence[int], eos_ids: set[int], on_done: RowDone) -> Any:
+    """A transformers StoppingCriteria that stops each row at EOS or at its own cap.
+
+    transformers (>= 4.39) accepts a per-row boolean; a finished row is then padded until the
+    whole batch is done. `on_done(row)` is called once per row, when it finishes, so the
+    caller can report "block k/K" while the rest of the batch is still decoding.
+    """
+    import torch
+    from transformers import StoppingCriteria
+
+    class RowStops(StoppingCriteria):
+        def __init__(self) -> None:
+            self.prompt_len: int | None = None
+            self.finished = [False] * len(caps)
+            self.eos = torch.tensor(sorted(eos_ids), dtype=torch.long)
+            self.caps = torch.tensor(list(caps), dtype=torch.long)
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            if self.prompt_len is None:  # first call: one new token so far
+                self.prompt_len = input_ids.shape[1] - 1
+            generated = input_ids.shape[1] - self.prompt_len
+            done = torch.isin(input_ids[:, -1], self.eos) | (generated >= self.caps)
+            for row, flag in enumerate(done.tolist()):
+                if flag and not self.finished[row]:
+                    self.finished[row] = True
+                    on_done(row)
+            return torch.tensor(self.finished, dtype=torch.bool)
+
+    return RowStops()
+
+
+class BatchedGenerator:
+    """generate() for many (image, prompt) rows on a loaded Qwen2-VL, MinerU's way.
+
+    `client` is mineru-vl-utils' TransformersVlmClient for the same model and processor: its
+    message builder, generate kwargs and skip-token set are reused so a row produces exactly
+    what `client.predict` would.
+    """
+
+    def __init__(self, model: Any, processor: Any, client: Any, batch_size: int) -> None:
+        self.model = model
+        self.processor = processor
+        self.client = client
+        self.batch_size = max(1, batch_size)
+        generation_config = getattr(model, "generation_config", None)
+        eos = getattr(generation_config, "eos_token_id", None)
+        if eos is None:
+            eos = processor.tokenizer.eos_token_id
+        self.eos_ids: set[int] = set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
+        self.max_pixels = int(getattr(processor.image_processor, "max_pixels", 0) or 1_003_520)
+
+    def predict_many(self, requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        """All requests, batched by size and sampling params; results in request order."""
+        out: list[Prediction | None] = [None] * len(requests)
+        # One generate() call takes one set of generate kwargs: group by them first. MinerU's
+        # per-type params differ only in presence/frequency penalties, which the transformers
+        # client does not pass on, so in practice every block type shares one group.
+        groups: dict[Any, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(self._kwargs_key(request.params), []).append(i)
+        for indices in groups.values():
+            sizes = [estimate_prompt_tokens(requests[i].image, self.max_pixels) for i in indices]
+            for batch in plan_batches(sizes, self.batch_size):
+                rows = [indices[b] for b in batch]
+                results = self.generate([requests[i] for i in rows], _remap(on_done, rows))
+                for i, result in zip(rows, results, strict=True):
+                    out[i] = result
+        return [p for p in out if p is not None]
+
+    def _kwargs_key(self, params: Any) -> tuple[tuple[str, Any], ...]:
+        kwargs = self.client.build_generate_kwargs(capped(params, 1))
+        kwargs.pop("max_new_tokens", None)
+        return tuple(sorted(kwargs.items()))
+
+    def generate(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        """One generate() call for `rows` (same sampling params)."""
+        from transformers import StoppingCriteriaList
+
+        client = self.client
+        prompts = [
+            self.processor.apply_chat_template(
+                client.build_messages(row.prompt), tokenize=False, add_generation_prompt=True
+            )
+            for row in rows
+        ]
+        inputs = self.processor(
+            text=prompts,
+            images=[row.image for row in rows],
+            padding=True,
+            padding_side="left",
+            return_tensors="pt",
+        )
+        # As the client does: floating inputs (pixel_values) in the dtype of the model's first
+        # parameter, the vision tower's (see mineru_model.apply_precision).
+        inputs = inputs.to(device=self.model.device, dtype=self.model.dtype)
+        caps = [row.max_new_tokens for row in rows]
+        kwargs = client.build_generate_kwargs(capped(rows[0].params, max(caps)))
+        kwargs.pop("max_length", None)
+        stops = make_row_stops(caps, self.eos_ids, on_done)
+        output_ids = self.model.generate(
+            **inputs,
+            use_cache=True,
+            stopping_criteria=StoppingCriteriaList([stops]),
+            **kwargs,
+        )
+        prompt_len = inputs["input_ids"].shape[1]
+        generated = output_ids[:, prompt_len:].tolist()
+        del output_ids
+        skip = client.skip_token_ids
+        results: list[Prediction] = []
+        for ids, cap in zip(generated, caps, strict=True):
+            ids = ids[:cap]
+            end = next((k for k, t in enumerate(ids) if t in self.eos_ids), None)
+            if end is not None:
+                ids = ids[: end + 1]
+            kept = [t for t in ids if t not in skip]
+            text = self.processor.batch_decode(
+                [kept], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )[0]
+            results.append(Prediction(text=text, tokens=len(ids)))
+        return results
+
+
+def _remap(on_done: RowDone, rows: list[int]) -> RowDone:
+    """Row index within a batch -> index in the caller's request list."""
+    return lambda row: on_done(rows[row])
+
+
+def capped(params: Any, max_new_tokens: int) -> Any:
+    """MinerU's params with an explicit token cap (it leaves it unset: up to 32k tokens)."""
+    import dataclasses
+
+    from mineru_vl_utils import MinerUSamplingParams
+
+    if params is None:
+        return MinerUSamplingParams(max_new_tokens=max_new_tokens)
+    return dataclasses.replace(params, max_new_tokens=max_new_tokens)
