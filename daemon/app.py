@@ -8,6 +8,7 @@ The main process never loads the model: it watches, hashes, queues and supervise
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -18,15 +19,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from daemon import __version__, output
 from daemon.config import Config, ConfigError, check_paths, load_config
 from daemon.errors import ExitCode
-from daemon.health import HealthServer, start_health_server
+from daemon.httpserver import HttpServer, start_http_server
 from daemon.ingest import Ingestor
 from daemon.notify import Notifier
 from daemon.publish import Publisher
+from daemon.status import InboxFacts, Live
 from daemon.store import SchemaError, Store, StoreBusy
 from daemon.supervisor import Phase, Supervisor
 from daemon.watcher import Watcher
@@ -105,10 +106,10 @@ class Daemon:
         self.supervisor: Supervisor | None = None
         self.ingestor: Ingestor | None = None
         self.publisher: Publisher | None = None
-        self.health: HealthServer | None = None
-        # In-process facts for the health endpoint's thread. Rebound (never mutated) once
-        # per tick, so the HTTP thread always reads a complete dict without a lock.
-        self.live: dict[str, Any] = {}
+        self.http: HttpServer | None = None
+        # In-process facts for the HTTP thread. A frozen value rebound once per tick, so
+        # the HTTP thread always reads a complete one without a lock.
+        self.live: Live | None = None
         self.ready_sent = False
         self.next_runtime = 0.0
         self.stop_requested = False
@@ -137,11 +138,10 @@ class Daemon:
         self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
         self.watcher.start()
         self.started_wall = self.wall()
+        self.live = self.take_live(now)  # the HTTP thread may ask before the first tick
         if self.cfg.http.enabled:
             try:
-                self.health = start_health_server(self.cfg, lambda: self.live)
-                log.info("health endpoint on http://%s:%d/healthz and /metrics",
-                         self.cfg.http.host, self.health.port)
+                self.http = start_http_server(self.cfg, self.current_live)
             except OSError as exc:
                 # A port clash must not stop document processing; say so and go on.
                 log.error("health endpoint not started on %s:%d: %s", self.cfg.http.host,
@@ -163,8 +163,8 @@ class Daemon:
         )
 
     def close(self) -> None:
-        if self.health is not None:
-            self.health.stop()
+        if self.http is not None:
+            self.http.stop()
         if self.watcher is not None:
             self.watcher.stop()
         if self.store is not None:
@@ -226,49 +226,63 @@ class Daemon:
             self.ready_sent = True
             self.notifier.ready(self.status_line())
         self.notifier.watchdog(now)
-        self.live = {
-            **sup.snapshot(),
-            "taken_at": now,
-            "last_heartbeat_age": (now - sup.last_heartbeat) if sup.proc is not None else None,
-            "inboxes": self.watcher.describe(),
-            "fatal": sup.fatal_message,
-            "stopping": sup.stopping,
-        }
+        self.live = live = self.take_live(now)
         if now < self.next_runtime:
             return
         self.next_runtime = now + RUNTIME_EVERY
-        snap = sup.snapshot()
-        snap.update(
-            last_heartbeat_age=self.live["last_heartbeat_age"],
-            pid=os.getpid(),
-            updated_at=self.wall(),
-            started_at=self.started_wall,
-            inboxes=self.watcher.describe(),
-            version=__version__,
-            configured_engine=self.cfg.engine.name,
-            fatal=sup.fatal_message,
-        )
         try:
-            self.store.set_runtime(snap)
+            self.store.set_runtime(live.to_runtime())
         except (StoreBusy, sqlite3.OperationalError) as exc:
             log.warning("could not record status (%s)", exc)
         if self.ready_sent:
             self.notifier.status(self.status_line())
 
+    def take_live(self, now: float) -> Live:
+        """What only this process knows, for the HTTP thread and `docinbox status`."""
+        assert self.supervisor and self.watcher
+        sup = self.supervisor
+        snap = sup.snapshot()
+        return Live(
+            pid=os.getpid(),
+            started_at=self.started_wall,
+            updated_at=self.wall(),
+            version=__version__,
+            configured_engine=self.cfg.engine.name,
+            engine=snap.engine,
+            fallback_reason=snap.fallback_reason,
+            fatal=snap.fatal,
+            stopping=sup.stopping,
+            worker=dataclasses.replace(
+                snap.worker,
+                last_heartbeat_age=(now - sup.last_heartbeat) if sup.proc is not None else None,
+            ),
+            current=snap.current,
+            inboxes=tuple(
+                ib for ib in map(InboxFacts.from_json, self.watcher.describe()) if ib is not None
+            ),
+            taken_at=now,
+        )
+
+    def current_live(self) -> Live:
+        live = self.live
+        if live is None:
+            raise RuntimeError("the main loop has not ticked yet")
+        return live
+
     def status_line(self) -> str:
         assert self.supervisor and self.store
         counts = self.store.counts()
         snap = self.supervisor.snapshot()
-        cur = snap["current"]
+        cur = snap.current
         doing = ""
         if cur:
             # safe_display: a newline in a file name would start a new notify field
             # (e.g. WATCHDOG=trigger) in the datagram to systemd.
-            doing = f"; working on {output.safe_display(Path(cur['path']).name)}"
-            if cur["page"]:
-                doing += f" page {cur['page']}/{cur['pages']}"
-        engine = snap["engine"]
-        if self.supervisor.fallback_reason:
+            doing = f"; working on {output.safe_display(Path(cur.path).name)}"
+            if cur.page:
+                doing += f" page {cur.page}/{cur.pages}"
+        engine = snap.engine.name or self.cfg.engine.name
+        if snap.fallback_reason:
             engine += " (FALLBACK)"
         return (
             f"{counts['queued']} queued, {counts['done']} done, {counts['failed']} failed; "
@@ -296,8 +310,8 @@ class Daemon:
         self.ingestor.cfg = new
         if self.publisher is not None:
             self.publisher.cfg = new
-        if self.health is not None:
-            self.health.cfg = new
+        if self.http is not None:
+            self.http.cfg = new
         # passwords, limits and engine settings live in the worker: it is recycled at the
         # next document boundary to pick them up
         self.supervisor.update_config(new)
@@ -352,6 +366,3 @@ class Daemon:
         finally:
             self.close()
 
-
-def runtime_snapshot(store: Store) -> dict[str, Any]:
-    return store.runtime()

@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from daemon.config import (
 from daemon.errors import ExitCode
 from daemon.output import safe_display
 from daemon.states import JobState
+from daemon.status import Status, collect
 from daemon.store import Job, Store
 
 log = logging.getLogger("docinbox")
@@ -167,168 +167,103 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _mib(n: Any) -> str:
+def _mib(n: int | None) -> str:
     return f"{(n or 0) / 2**20:.0f} MiB"
-
-
-def status_facts(cfg: Config, store: Store, now: float) -> dict[str, Any]:
-    rt = store.runtime()
-    counts = store.counts()
-    updated = float(rt.get("updated_at") or 0)
-    pid = rt.get("pid")
-    alive = pid is not None and _pid_alive(int(pid)) and now - updated < 60
-    secs = store.page_seconds()
-    avg = sum(secs) / len(secs) if secs else None
-    remaining_pages = 0
-    cur = rt.get("current") if alive else None
-    if cur and cur.get("pages"):
-        remaining_pages += int(cur["pages"]) - int(cur.get("page") or 1) + 1
-    done_jobs = [j for j in store.jobs(JobState.DONE, limit=50) if j.page_count]
-    avg_pages = (sum(j.page_count or 0 for j in done_jobs) / len(done_jobs)) if done_jobs else 1.0
-    remaining_pages += int(counts["queued"] * avg_pages)
-    eta = remaining_pages * avg if avg is not None and remaining_pages else None
-    failures = [
-        {
-            "job_id": j.id,
-            "path": j.source_path,
-            "kind": j.error_kind,
-            "error": j.error,
-            "when": j.finished_at,
-        }
-        for j in store.jobs(JobState.FAILED, limit=5)
-    ]
-    waiting = [
-        {"job_id": j.id, "path": j.source_path, "error": j.error, "retry_at": j.not_before}
-        for j in store.jobs(JobState.QUEUED, limit=200)
-        if j.error
-    ]
-    oldest = store.oldest_queued_at()
-    disk: dict[str, int | None] = {}
-    for name in ("outbox", "state_dir"):
-        try:
-            disk[name] = int(shutil.disk_usage(getattr(cfg, name)).free)
-        except OSError:
-            disk[name] = None
-    return {
-        "running": alive,
-        "pid": pid if alive else None,
-        "version": rt.get("version"),
-        "uptime": (now - float(rt["started_at"])) if alive and rt.get("started_at") else None,
-        "engine": rt.get("engine_info") or {"name": rt.get("engine")},
-        "configured_engine": cfg.engine.name,
-        "fallback_reason": rt.get("fallback_reason"),
-        "fatal": rt.get("fatal"),
-        "worker": {
-            "phase": rt.get("phase") if alive else "stopped",
-            "pid": rt.get("worker_pid") if alive else None,
-            "rss": rt.get("worker_rss") if alive else None,
-            "peak_rss": rt.get("worker_peak_rss"),
-            "restarts": rt.get("worker_restarts"),
-            "last_heartbeat_age": rt.get("last_heartbeat_age") if alive else None,
-        },
-        "current": cur,
-        "counts": counts,
-        "counters": store.counters(),
-        "seconds_per_page": avg,
-        "eta_seconds": eta,
-        "queue_age_seconds": (now - oldest) if oldest is not None else None,
-        "disk_free_bytes": disk,
-        "inboxes": rt.get("inboxes") or [],
-        "recent_failures": failures,
-        "waiting": waiting,
-    }
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     cfg = load_or_exit(args.config, check=False)
     store = _open_store(cfg)
-    facts = status_facts(cfg, store, time.time())
+    try:
+        st = collect(cfg, now=time.time(), store=store)
+    finally:
+        store.close()
     if args.json:
-        print(json.dumps(facts, indent=2, default=str))
+        print(json.dumps(st.to_json(), indent=2, default=str))
         return ExitCode.OK
-    head = (
-        f"docinbox {facts['version'] or __version__}: running (pid {facts['pid']}, "
-        f"up {_age(facts['uptime'] or 0)})"
-        if facts["running"]
+    print(render_status(st))
+    return ExitCode.OK
+
+
+def render_status(st: Status) -> str:
+    """`docinbox status` as text: what a person reads in a terminal."""
+    out: list[str] = []
+    live = st.live
+    out.append(
+        f"docinbox {(live.version if live else None) or __version__}: running "
+        f"(pid {live.pid if live else None}, up {_age(st.uptime or 0)})"
+        if st.running
         else "docinbox: NOT running"
     )
-    print(head)
-    eng = facts["engine"] or {}
-    line = f"engine:  {eng.get('name') or cfg.engine.name}"
-    if eng.get("model_id"):
-        line += f" ({eng['model_id']}"
-        line += f", precision {eng['precision']})" if eng.get("precision") else ")"
-    print(line)
-    if facts["fallback_reason"]:
-        print(f"  FALLBACK: {facts['fallback_reason']}")
-        print("  fix: `docinbox model pull`, restart, then `docinbox reprocess --all`")
-    if facts["fatal"]:
-        print(f"  STOPPED: {facts['fatal']}")
-    w = facts["worker"]
-    if facts["running"]:
-        beat = w.get("last_heartbeat_age")
-        print(
-            f"worker:  {w['phase']}, RSS {_mib(w['rss'])} (peak {_mib(w['peak_rss'])}), "
-            f"{w['restarts'] or 0} restart(s)"
+    eng = st.engine
+    line = f"engine:  {eng.name or st.configured_engine}"
+    if eng.model_id:
+        line += f" ({eng.model_id}"
+        line += f", precision {eng.precision})" if eng.precision else ")"
+    out.append(line)
+    if st.fallback_reason:
+        out.append(f"  FALLBACK: {st.fallback_reason}")
+        out.append("  fix: `docinbox model pull`, restart, then `docinbox reprocess --all`")
+    if st.fatal:
+        out.append(f"  STOPPED: {st.fatal}")
+    w = st.worker
+    if st.running:
+        beat = w.last_heartbeat_age
+        out.append(
+            f"worker:  {w.phase}, RSS {_mib(w.rss)} (peak {_mib(w.peak_rss)}), "
+            f"{w.restarts or 0} restart(s)"
             + (f", last heartbeat {_age(beat)} ago" if beat is not None else "")
         )
-    cur = facts["current"]
+    cur = st.current
     if cur:
-        now_line = f"now:     job {cur['job_id']} {safe_display(Path(cur['path']).name)}"
-        if cur.get("page"):
-            now_line += f", page {cur['page']}/{cur['pages']}"
-        now_line += page_step(cur.get("stage"), cur.get("block"))
-        print(now_line)
-    c = facts["counts"]
-    queue_age = facts["queue_age_seconds"]
-    print(
-        "queue:   "
-        + ", ".join(f"{c[s.value]} {s.value}" for s in JobState)
-        + (f"; oldest waiting {_age(queue_age)}" if queue_age is not None else "")
-    )
-    k = facts["counters"]
-    print(
-        f"totals:  {int(k.get('pages_total', 0))} pages processed, "
-        f"{int(k.get('duplicates_total', 0))} duplicates skipped"
-    )
-    free = facts["disk_free_bytes"]
-    print(
+        now_line = f"now:     job {cur.job_id} {safe_display(Path(cur.path).name)}"
+        if cur.page:
+            now_line += f", page {cur.page}/{cur.pages}"
+        now_line += page_step(cur.stage, cur.block)
+        out.append(now_line)
+    q = st.queue
+    if q is None:
+        out.append(f"queue:   ? ({st.store_error})")
+    else:
+        queue_age = st.queue_age_seconds
+        out.append(
+            "queue:   "
+            + ", ".join(f"{q.counts.get(s.value, 0)} {s.value}" for s in JobState)
+            + (f"; oldest waiting {_age(queue_age)}" if queue_age is not None else "")
+        )
+        k = q.counters
+        out.append(
+            f"totals:  {int(k.get('pages_total', 0))} pages processed, "
+            f"{int(k.get('duplicates_total', 0))} duplicates skipped"
+        )
+    out.append(
         "disk:    "
         + ", ".join(
-            f"{name} {'?' if b is None else _gib(b)} free" for name, b in free.items()
+            f"{d.name} {'?' if d.free is None else _gib(d.free)} free" for d in st.disks
         )
     )
-    if facts["seconds_per_page"] is not None:
-        eta = facts["eta_seconds"]
-        print(
-            f"speed:   {facts['seconds_per_page']:.1f} s/page"
-            + (f"; ETA ~{_age(eta)}" if eta else "")
+    if st.seconds_per_page is not None:
+        eta = st.eta_seconds
+        out.append(
+            f"speed:   {st.seconds_per_page:.1f} s/page" + (f"; ETA ~{_age(eta)}" if eta else "")
         )
-    for ib in facts["inboxes"]:
+    for ib in st.inboxes:
         busy = ""
-        if ib.get("pending"):
-            busy += f", {ib['pending']} settling"
-        if ib.get("open_for_write"):
-            busy += f", {ib['open_for_write']} still being written"
-        print(f"inbox:   {ib.get('path')} ({ib.get('observer')}{busy})")
-    for wt in facts["waiting"]:
-        print(f"waiting: job {wt['job_id']} {safe_display(Path(wt['path']).name)}: {wt['error']}")
-    if facts["recent_failures"]:
-        print("recent failures:")
-        for f in facts["recent_failures"]:
-            name = safe_display(Path(f["path"]).name)
-            print(f"  job {f['job_id']} {name}: {f['kind']}: {f['error']}")
-    return ExitCode.OK
+        if ib.pending:
+            busy += f", {ib.pending} settling"
+        if ib.open_for_write:
+            busy += f", {ib.open_for_write} still being written"
+        out.append(f"inbox:   {ib.path} ({ib.observer}{busy})")
+    if q is not None:
+        for wt in q.waiting:
+            name = safe_display(Path(wt.path).name)
+            out.append(f"waiting: job {wt.job_id} {name}: {wt.error}")
+        if q.recent_failures:
+            out.append("recent failures:")
+            for f in q.recent_failures:
+                name = safe_display(Path(f.path).name)
+                out.append(f"  job {f.job_id} {name}: {f.kind}: {f.error}")
+    return "\n".join(out)
 
 
 def _job_dict(j: Job) -> dict[str, Any]:
@@ -361,7 +296,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def page_step(stage: str | None, block: list[int] | None) -> str:
+def page_step(stage: str | None, block: tuple[int, int] | None) -> str:
     """Where the engine is inside the page, for `status`: ", layout step" while MinerU
     reads the page layout, ", block k/K" while it recognises the blocks."""
     if stage == "layout":

@@ -99,9 +99,9 @@ def _drive(sup: Supervisor, store: Store, jobs: list[int]) -> int:
                 if j and j.state in (JobState.DONE, JobState.FAILED, JobState.DUPLICATE)
             )
             bar.n = finished
-            cur: dict[str, Any] | None = sup.snapshot()["current"]
-            if cur and cur.get("page"):
-                bar.set_postfix_str(f"{Path(cur['path']).name} p{cur['page']}/{cur['pages']}")
+            cur = sup.snapshot().current
+            if cur and cur.page:
+                bar.set_postfix_str(f"{Path(cur.path).name} p{cur.page}/{cur.pages}")
             bar.refresh()
             if finished == len(jobs):
                 break

@@ -38,6 +38,7 @@ import psutil
 from daemon.config import Config, page_options_for, parse_page_range
 from daemon.errors import FailureKind
 from daemon.output import safe_display
+from daemon.status import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.store import Job, Store, StoreBusy
 
 log = logging.getLogger("docinbox.supervisor")
@@ -204,30 +205,31 @@ class Supervisor:
     def stopped(self) -> bool:
         return self.stopping and self.proc is None
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> SupervisorFacts:
         """Facts for status, health and metrics."""
         cur = self.current
-        return {
-            "phase": self.phase.value,
-            "engine": self.engine_info.get("name", self.engine_name),
-            "engine_info": self.engine_info,
-            "fallback_reason": self.fallback_reason,
-            "worker_pid": self.proc.pid if self.proc is not None else None,
-            "worker_rss": self.rss,
-            "worker_peak_rss": self.peak_rss,
-            "worker_restarts": self.restarts,
-            "last_heartbeat_age": None,
-            "current": None
+        return SupervisorFacts(
+            engine=EngineFacts.from_json(self.engine_info, self.engine_name),
+            fallback_reason=self.fallback_reason,
+            fatal=self.fatal_message,
+            worker=WorkerFacts(
+                phase=self.phase.value,
+                pid=self.proc.pid if self.proc is not None else None,
+                rss=self.rss,
+                peak_rss=self.peak_rss,
+                restarts=self.restarts,
+            ),
+            current=None
             if cur is None
-            else {
-                "job_id": cur.job.id,
-                "path": cur.job.source_path,
-                "page": (cur.page_idx + 1) if cur.page_idx is not None else None,
-                "pages": cur.page_count,
-                "block": list(cur.block) if cur.block else None,
-                "stage": cur.stage,
-            },
-        }
+            else CurrentDoc(
+                job_id=cur.job.id,
+                path=cur.job.source_path,
+                page=(cur.page_idx + 1) if cur.page_idx is not None else None,
+                pages=cur.page_count,
+                block=cur.block,
+                stage=cur.stage,
+            ),
+        )
 
     # -- worker lifecycle -------------------------------------------------------------
 

@@ -8,7 +8,7 @@ import logging
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.config import Config, HttpConfig, InboxConfig
-from daemon.health import HealthServer, Thresholds, start_health_server
+from daemon.health import Thresholds
+from daemon.httpserver import HttpServer, start_http_server
+from daemon.status import Live
 from daemon.store import Store
 
 NOW = 1_700_000_000.0  # wall clock the server and the store agree on
@@ -71,7 +73,8 @@ def store(cfg: Config) -> Iterator[Store]:
     s.close()
 
 
-def live_ok(cfg: Config, **over: Any) -> dict[str, Any]:
+def live_ok(cfg: Config, **over: Any) -> Live:
+    """The daemon's in-memory facts, written as the runtime row's keys for brevity."""
     snap: dict[str, Any] = {
         "taken_at": MONO - 0.2,
         "phase": "idle",
@@ -89,21 +92,21 @@ def live_ok(cfg: Config, **over: Any) -> dict[str, Any]:
         "stopping": False,
     }
     snap.update(over)
-    return snap
+    return dataclasses.replace(Live.from_runtime(snap), taken_at=snap["taken_at"])
 
 
-Start = Callable[..., HealthServer]
+Start = Callable[..., HttpServer]
 
 
 @pytest.fixture()
 def start(cfg: Config) -> Iterator[Start]:
-    servers: list[HealthServer] = []
+    servers: list[HttpServer] = []
 
-    def _start(live: Callable[[], Mapping[str, Any]] | None = None, *,
+    def _start(live: Callable[[], Live] | None = None, *,
                config: Config | None = None, thresholds: Thresholds | None = None,
-               mono: float = MONO) -> HealthServer:
+               mono: float = MONO) -> HttpServer:
         c = config or cfg
-        srv = start_health_server(c, live or (lambda: live_ok(c)), thresholds=thresholds,
+        srv = start_http_server(c, live or (lambda: live_ok(c)), thresholds=thresholds,
                                   wall=lambda: NOW, monotonic=lambda: mono,
                                   poll_interval=0.01)
         servers.append(srv)
@@ -114,7 +117,7 @@ def start(cfg: Config) -> Iterator[Start]:
         srv.stop()
 
 
-def get(srv: HealthServer, path: str, method: str = "GET") -> tuple[int, str]:
+def get(srv: HttpServer, path: str, method: str = "GET") -> tuple[int, str]:
     req = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", method=method)
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
@@ -123,7 +126,7 @@ def get(srv: HealthServer, path: str, method: str = "GET") -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def metrics(srv: HealthServer) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+def metrics(srv: HttpServer) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     """sample name -> {sorted labels: value}"""
     code, text = get(srv, "/metrics")
     assert code == 200
@@ -291,7 +294,7 @@ def test_stalled_main_loop_is_failing(store: Store, start: Start) -> None:
 
 
 def test_live_raising_is_failing_not_a_crash(store: Store, start: Start) -> None:
-    def broken() -> Mapping[str, Any]:
+    def broken() -> Live:
         raise RuntimeError("boom")
 
     srv = start(broken)
@@ -332,7 +335,7 @@ def test_requests_are_not_logged_at_info(store: Store, start: Start,
 
 
 def test_bound_to_loopback_and_stop_releases_the_port(store: Store, cfg: Config) -> None:
-    srv = start_health_server(cfg, lambda: live_ok(cfg), poll_interval=0.01)
+    srv = start_http_server(cfg, lambda: live_ok(cfg), poll_interval=0.01)
     assert srv.host == "127.0.0.1"
     port = srv.port
     assert port > 0

@@ -80,7 +80,7 @@ def test_processes_a_document_page_by_page(tmp_path: Path) -> None:
     assert job.page_count == 3 and job.pages_done == 3 and job.attempts == 1
     assert (cfg.outbox / "a" / "a.md").exists()
     assert (cfg.archive / "a.pdf").exists()
-    assert sup.snapshot()["engine"] == "lite"
+    assert sup.snapshot().engine.name == "lite"
     stop(sup, clock)
 
 

@@ -1,0 +1,594 @@
+"""What docinbox is doing, as one typed value: `Status`, collected once per request.
+
+Every reader of the daemon's state goes through here: `docinbox status` (text and
+`--json`), `/healthz` (judged by `daemon.health.assess`), `/metrics` (`daemon.metrics`)
+and the HTTP server. A new status fact is added in one place: a field on the dataclass
+below that owns it, filled in `collect` (or in `Live`, when only the running daemon knows
+it), and written out by the `to_json` next to it.
+
+Two sources, one shape:
+- The store (SQLite): the queue, counters, recent pages and failures. Read with the
+  caller's Store; the HTTP thread opens its own read-only Store per request, because a
+  sqlite connection must not cross threads and WAL lets a reader run beside the writer.
+- `Live`: what only the running daemon knows (worker phase and memory, the page in
+  progress, inbox observers). The daemon rebuilds one every tick for its own HTTP thread
+  and records it in the store's `runtime` table every few seconds for `docinbox status`,
+  which runs in another process and reads it back with `Live.from_runtime`.
+
+Disk usage and the oldest queued job's age are computed here once per collection.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.config import Config
+from daemon.states import JobState
+from daemon.store import Store, StoreBusy
+
+# JSON-able leaf values: what the runtime table and the engine's free-form facts hold.
+Scalar = str | int | float | bool | None
+
+# A runtime row older than this (or written by a dead pid) means no daemon is running.
+RUNNING_WITHIN_SECONDS = 60.0
+# Windows over the pages table: the metrics histogram and the seconds-per-page average.
+RECENT_PAGES = 500
+AVERAGE_PAGES = 200
+
+
+# -- parsing the loosely typed runtime row (JSON written by another process) ------------
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _int(value: object) -> int | None:
+    n = _num(value)
+    return None if n is None else int(n)
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _map(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _scalars(value: object) -> dict[str, Scalar]:
+    return {
+        str(k): v if isinstance(v, str | int | float | bool) or v is None else str(v)
+        for k, v in _map(value).items()
+    }
+
+
+# -- the parts ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """The engine the worker loaded (`loaded`), or only the configured name before that."""
+
+    name: str | None
+    model_id: str | None = None
+    revision: str | None = None
+    precision: str | None = None
+    details: Mapping[str, Scalar] = field(default_factory=dict)
+    loaded: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        if not self.loaded:
+            return {"name": self.name}
+        return {
+            "name": self.name,
+            "model_id": self.model_id,
+            "revision": self.revision,
+            "precision": self.precision,
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, raw: object, name: str | None) -> EngineFacts:
+        """`raw`: the worker's EngineInfo as a dict ({} before the worker is ready)."""
+        info = _map(raw)
+        if not info:
+            return cls(name=name)
+        return cls(
+            name=_str(info.get("name")) or name,
+            model_id=_str(info.get("model_id")),
+            revision=_str(info.get("revision")),
+            precision=_str(info.get("precision")),
+            details=_scalars(info.get("details")),
+            loaded=True,
+        )
+
+
+@dataclass(frozen=True)
+class CurrentDoc:
+    """The document in progress: page n/N (1-based) and block k/K inside the page."""
+
+    job_id: int
+    path: str
+    page: int | None
+    pages: int | None
+    block: tuple[int, int] | None
+    stage: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "path": self.path,
+            "page": self.page,
+            "pages": self.pages,
+            "block": list(self.block) if self.block else None,
+            "stage": self.stage,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> CurrentDoc | None:
+        d = _map(raw)
+        job_id = _int(d.get("job_id"))
+        if job_id is None:
+            return None
+        block = d.get("block")
+        pair: tuple[int, int] | None = None
+        if isinstance(block, list | tuple) and len(block) == 2:
+            k, n = _int(block[0]), _int(block[1])
+            pair = (k, n) if k is not None and n is not None else None
+        return cls(
+            job_id=job_id,
+            path=str(d.get("path") or ""),
+            page=_int(d.get("page")),
+            pages=_int(d.get("pages")),
+            block=pair,
+            stage=_str(d.get("stage")),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    phase: str  # the supervisor's Phase value; "stopped" when no daemon runs
+    pid: int | None = None
+    rss: int | None = None  # bytes, last sample
+    peak_rss: int | None = None
+    restarts: int | None = None  # worker (re)starts since the daemon started
+    # Seconds since the supervisor last heard from the worker, as of the main loop's
+    # tick (None: no worker process).
+    last_heartbeat_age: float | None = None
+
+
+@dataclass(frozen=True)
+class SupervisorFacts:
+    """What `Supervisor.snapshot()` knows."""
+
+    engine: EngineFacts
+    fallback_reason: str | None
+    fatal: str | None
+    worker: WorkerFacts
+    current: CurrentDoc | None
+
+
+@dataclass(frozen=True)
+class InboxFacts:
+    """One watched inbox, as `Watcher.describe()` reports it."""
+
+    path: str
+    recursive: bool | None = None
+    watch: str | None = None
+    observer: str | None = None  # inotify|poll|none|...
+    observer_alive: bool = True
+    reason: str | None = None  # why this observer was chosen
+    pending: int = 0  # files settling (stability check)
+    open_for_write: int = 0  # of those, still open for writing by someone
+    scan_error: str | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "recursive": self.recursive,
+            "watch": self.watch,
+            "observer": self.observer,
+            "observer_alive": self.observer_alive,
+            "reason": self.reason,
+            "pending": self.pending,
+            "open_for_write": self.open_for_write,
+            "scan_error": self.scan_error,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> InboxFacts | None:
+        if isinstance(raw, str):
+            return cls(path=raw)
+        d = _map(raw)
+        if d.get("path") is None:
+            return None
+        alive = d.get("observer_alive")
+        recursive = d.get("recursive")
+        return cls(
+            path=str(d["path"]),
+            recursive=recursive if isinstance(recursive, bool) else None,
+            watch=_str(d.get("watch")),
+            observer=_str(d.get("observer")),
+            observer_alive=alive if isinstance(alive, bool) else True,
+            reason=_str(d.get("reason")),
+            pending=_int(d.get("pending")) or 0,
+            open_for_write=_int(d.get("open_for_write")) or 0,
+            scan_error=_str(d.get("scan_error")),
+        )
+
+
+@dataclass(frozen=True)
+class Live:
+    """What the running daemon knows in memory, taken once per main-loop tick."""
+
+    pid: int | None
+    started_at: float | None  # wall
+    updated_at: float | None  # wall, when taken
+    version: str | None
+    configured_engine: str | None
+    engine: EngineFacts
+    fallback_reason: str | None
+    fatal: str | None
+    stopping: bool
+    worker: WorkerFacts
+    current: CurrentDoc | None
+    inboxes: tuple[InboxFacts, ...]
+    # time.monotonic() of the main loop when taken: its age is how long the loop has not
+    # ticked. None when read back from the database (another process' clock).
+    taken_at: float | None = None
+
+    def to_runtime(self) -> dict[str, object]:
+        """The row `docinbox status` reads from another process (keys kept stable: the
+        runtime table outlives an upgrade)."""
+        return {
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+            "version": self.version,
+            "configured_engine": self.configured_engine,
+            "phase": self.worker.phase,
+            "engine": self.engine.name,
+            "engine_info": self.engine.to_json() if self.engine.loaded else {},
+            "fallback_reason": self.fallback_reason,
+            "fatal": self.fatal,
+            "stopping": self.stopping,
+            "worker_pid": self.worker.pid,
+            "worker_rss": self.worker.rss,
+            "worker_peak_rss": self.worker.peak_rss,
+            "worker_restarts": self.worker.restarts,
+            "last_heartbeat_age": self.worker.last_heartbeat_age,
+            "current": self.current.to_json() if self.current else None,
+            "inboxes": [ib.to_json() for ib in self.inboxes],
+        }
+
+    @classmethod
+    def from_runtime(cls, rt: Mapping[str, object]) -> Live:
+        raw_inboxes = rt.get("inboxes")
+        inboxes = [
+            InboxFacts.from_json(e) for e in (raw_inboxes if isinstance(raw_inboxes, list) else [])
+        ]
+        return cls(
+            pid=_int(rt.get("pid")),
+            started_at=_num(rt.get("started_at")),
+            updated_at=_num(rt.get("updated_at")),
+            version=_str(rt.get("version")),
+            configured_engine=_str(rt.get("configured_engine")),
+            engine=EngineFacts.from_json(rt.get("engine_info"), _str(rt.get("engine"))),
+            fallback_reason=_str(rt.get("fallback_reason")),
+            fatal=_str(rt.get("fatal")),
+            stopping=rt.get("stopping") is True,
+            worker=WorkerFacts(
+                phase=_str(rt.get("phase")) or "stopped",
+                pid=_int(rt.get("worker_pid")),
+                rss=_int(rt.get("worker_rss")),
+                peak_rss=_int(rt.get("worker_peak_rss")),
+                restarts=_int(rt.get("worker_restarts")),
+                last_heartbeat_age=_num(rt.get("last_heartbeat_age")),
+            ),
+            current=CurrentDoc.from_json(rt.get("current")),
+            inboxes=tuple(ib for ib in inboxes if ib is not None),
+        )
+
+
+@dataclass(frozen=True)
+class Failure:
+    job_id: int
+    path: str
+    kind: str | None
+    error: str | None
+    when: float | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "path": self.path,
+            "kind": self.kind,
+            "error": self.error,
+            "when": self.when,
+        }
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A queued job held back by a problem that is not its own (outbox full...)."""
+
+    job_id: int
+    path: str
+    error: str | None
+    retry_at: float
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "path": self.path,
+            "error": self.error,
+            "retry_at": self.retry_at,
+        }
+
+
+@dataclass(frozen=True)
+class DiskFree:
+    name: str  # the config key: outbox | state_dir
+    folder: str
+    free: int | None  # bytes an unprivileged writer can still use; None: unreadable
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Queue:
+    """Facts from the database."""
+
+    counts: Mapping[str, int]  # JobState value -> jobs
+    counters: Mapping[str, float]  # the store's persistent counters
+    oldest_queued_at: float | None
+    recent_page_seconds: tuple[float, ...]  # newest first, up to RECENT_PAGES
+    avg_pages_per_document: float  # over the last 50 done documents (1.0 when none)
+    recent_failures: tuple[Failure, ...]
+    waiting: tuple[Waiting, ...]
+
+    @property
+    def seconds_per_page(self) -> float | None:
+        window = self.recent_page_seconds[:AVERAGE_PAGES]
+        return sum(window) / len(window) if window else None
+
+
+@dataclass(frozen=True)
+class WorkerLimits:
+    """The configured timings `assess` judges the worker by."""
+
+    heartbeat_timeout_seconds: float
+    restart_backoff_max_seconds: float
+
+
+@dataclass(frozen=True)
+class Status:
+    now: float  # wall clock when collected
+    configured_engine: str
+    limits: WorkerLimits
+    # True when a daemon is up: `live` came from its memory, or it recorded its facts in
+    # the database lately from a pid that is alive.
+    running: bool
+    # The database holds facts from a live daemon written within RUNNING_WITHIN_SECONDS.
+    recorded: bool
+    live: Live | None  # None: no daemon has ever recorded anything
+    live_error: str | None  # the daemon's in-memory facts could not be read (a bug)
+    loop_age: float | None  # seconds since the main loop last ticked (in-process only)
+    queue: Queue | None  # None: the database could not be read (store_error says why)
+    store_error: str | None
+    disks: tuple[DiskFree, ...]
+
+    @property
+    def uptime(self) -> float | None:
+        if not self.running or self.live is None or not self.live.started_at:
+            return None
+        return self.now - self.live.started_at
+
+    @property
+    def current(self) -> CurrentDoc | None:
+        return self.live.current if self.running and self.live else None
+
+    @property
+    def engine(self) -> EngineFacts:
+        return self.live.engine if self.live else EngineFacts(name=None)
+
+    @property
+    def fallback_reason(self) -> str | None:
+        return self.live.fallback_reason if self.live else None
+
+    @property
+    def fatal(self) -> str | None:
+        return self.live.fatal if self.live else None
+
+    @property
+    def inboxes(self) -> tuple[InboxFacts, ...]:
+        return self.live.inboxes if self.live else ()
+
+    @property
+    def worker(self) -> WorkerFacts:
+        """The worker as a reader should see it: only a running daemon has one."""
+        w = self.live.worker if self.live else WorkerFacts(phase="stopped")
+        if self.running:
+            return w
+        return WorkerFacts(phase="stopped", peak_rss=w.peak_rss, restarts=w.restarts)
+
+    @property
+    def seconds_per_page(self) -> float | None:
+        return self.queue.seconds_per_page if self.queue else None
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Pages left (the current document's plus queued documents at the recent
+        average size) times the recent seconds per page."""
+        avg = self.seconds_per_page
+        if self.queue is None or avg is None:
+            return None
+        remaining = 0
+        cur = self.current
+        if cur and cur.pages:
+            remaining += cur.pages - (cur.page or 1) + 1
+        remaining += int(self.queue.counts.get(JobState.QUEUED.value, 0)
+                         * self.queue.avg_pages_per_document)
+        return remaining * avg if remaining else None
+
+    @property
+    def queue_age_seconds(self) -> float | None:
+        """Age of the oldest queued job, including jobs waiting out a retry backoff."""
+        if self.queue is None or self.queue.oldest_queued_at is None:
+            return None
+        return self.now - self.queue.oldest_queued_at
+
+    @property
+    def disk_free(self) -> dict[str, int | None]:
+        return {d.name: d.free for d in self.disks}
+
+    def to_json(self) -> dict[str, object]:
+        """`docinbox status --json` (and the page's /status.json)."""
+        live, w, q = self.live, self.worker, self.queue
+        return {
+            "running": self.running,
+            "pid": live.pid if live and self.running else None,
+            "version": live.version if live else None,
+            "uptime": self.uptime,
+            "engine": self.engine.to_json(),
+            "configured_engine": self.configured_engine,
+            "fallback_reason": self.fallback_reason,
+            "fatal": self.fatal,
+            "worker": {
+                "phase": w.phase,
+                "pid": w.pid,
+                "rss": w.rss,
+                "peak_rss": w.peak_rss,
+                "restarts": w.restarts,
+                "last_heartbeat_age": w.last_heartbeat_age,
+            },
+            "current": self.current.to_json() if self.current else None,
+            "counts": dict(q.counts) if q else None,
+            "counters": dict(q.counters) if q else None,
+            "seconds_per_page": self.seconds_per_page,
+            "eta_seconds": self.eta_seconds,
+            "queue_age_seconds": self.queue_age_seconds,
+            "disk_free_bytes": self.disk_free,
+            "inboxes": [ib.to_json() for ib in self.inboxes],
+            "recent_failures": [f.to_json() for f in q.recent_failures] if q else [],
+            "waiting": [wt.to_json() for wt in q.waiting] if q else [],
+        }
+
+
+# -- collecting -----------------------------------------------------------------------
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by someone else
+    return True
+
+
+def read_queue(store: Store) -> Queue:
+    done = [j for j in store.jobs(JobState.DONE, limit=50) if j.page_count]
+    avg_pages = sum(j.page_count or 0 for j in done) / len(done) if done else 1.0
+    return Queue(
+        counts=store.counts(),
+        counters=store.counters(),
+        oldest_queued_at=store.oldest_queued_at(),
+        recent_page_seconds=tuple(store.page_seconds(limit=RECENT_PAGES)),
+        avg_pages_per_document=avg_pages,
+        recent_failures=tuple(
+            Failure(j.id, j.source_path, j.error_kind, j.error, j.finished_at)
+            for j in store.jobs(JobState.FAILED, limit=5)
+        ),
+        waiting=tuple(
+            Waiting(j.id, j.source_path, j.error, j.not_before)
+            for j in store.jobs(JobState.QUEUED, limit=200)
+            if j.error
+        ),
+    )
+
+
+def disk_free(name: str, folder: Path) -> DiskFree:
+    try:
+        # shutil.disk_usage().free is f_bavail: what an unprivileged user can still
+        # write, not counting the blocks reserved for root.
+        return DiskFree(name, str(folder), int(shutil.disk_usage(folder).free))
+    except OSError as exc:
+        return DiskFree(name, str(folder), None, f"{folder}: {exc.strerror or exc}")
+
+
+LiveFn = Callable[[], Live]
+
+
+def collect(
+    cfg: Config,
+    *,
+    now: float,
+    store: Store | None = None,
+    live: LiveFn | None = None,
+    monotonic: float | None = None,
+) -> Status:
+    """One Status. `store`: an open Store to read (else a read-only one is opened and
+    closed here). `live`: the running daemon's own facts (in-process only), with
+    `monotonic` the caller's monotonic clock to age them."""
+    recorded_live: Live | None = None
+    queue: Queue | None = None
+    store_error: str | None = None
+    own = store is None
+    try:
+        if store is None:
+            store = Store(cfg.db_path, readonly=True)
+    except sqlite3.Error as exc:
+        store_error = f"cannot open {cfg.db_path}: {exc}"
+    else:
+        try:
+            rt = store.runtime()
+            recorded_live = Live.from_runtime(rt) if rt else None
+            queue = read_queue(store)
+        except (sqlite3.Error, StoreBusy, ValueError) as exc:
+            queue = None
+            store_error = f"cannot read {cfg.db_path}: {exc}"
+        finally:
+            if own:
+                store.close()
+    recorded = bool(
+        recorded_live is not None
+        and recorded_live.pid is not None
+        and pid_alive(recorded_live.pid)
+        and now - (recorded_live.updated_at or 0.0) < RUNNING_WITHIN_SECONDS
+    )
+
+    current: Live | None = recorded_live
+    live_error: str | None = None
+    loop_age: float | None = None
+    if live is not None:
+        try:
+            current = live()
+        except Exception as exc:  # a bug in the daemon's live() must show up as failing
+            live_error = f"{type(exc).__name__}: {exc}"
+        else:
+            if current.taken_at is not None and monotonic is not None:
+                loop_age = max(0.0, monotonic - current.taken_at)
+    return Status(
+        now=now,
+        configured_engine=cfg.engine.name,
+        limits=WorkerLimits(
+            cfg.worker.heartbeat_timeout_seconds, cfg.worker.restart_backoff_max_seconds
+        ),
+        running=recorded or (live is not None and live_error is None),
+        recorded=recorded,
+        live=current,
+        live_error=live_error,
+        loop_age=loop_age,
+        queue=queue,
+        store_error=store_error,
+        disks=(disk_free("outbox", cfg.outbox), disk_free("state_dir", cfg.state_dir)),
+    )
