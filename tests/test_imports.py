@@ -1,0 +1,85 @@
+"""The import graph of `daemon/` has no cycle.
+
+A cycle (app -> health -> cli -> app was one) means two modules each need the other to be
+understood, and a module-level import in either direction breaks start-up. Every import
+counts here, also those inside functions and under TYPE_CHECKING: a lazy import hides a
+cycle from Python, not from the reader.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "daemon"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            deps.update(t for t in targets if t in files and t != name)
+        # The package itself only holds __version__; importing it is not a dependency
+        # on the modules it contains.
+        deps.discard("daemon")
+        graph[name] = deps
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    done: set[str] = set()
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        stack.append(node)
+        on_stack.add(node)
+        for dep in sorted(graph.get(node, ())):
+            if dep in on_stack:
+                return [*stack[stack.index(dep):], dep]
+            if dep not in done:
+                found = visit(dep)
+                if found:
+                    return found
+        stack.pop()
+        on_stack.discard(node)
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if start not in done:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_the_checker_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_daemon_has_no_import_cycle() -> None:
+    graph = import_graph()
+    assert "daemon.status" in graph and "daemon.cli" in graph
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_status_is_read_without_the_cli_or_the_server() -> None:
+    # The status value sits below everything that shows it.
+    graph = import_graph()
+    for reader in ("daemon.cli", "daemon.httpserver", "daemon.metrics", "daemon.health"):
+        assert reader not in graph["daemon.status"]
