@@ -55,6 +55,11 @@ class Publisher:
                 "model_id": engine.get("model_id"),
                 "revision": engine.get("revision"),
                 "precision": engine.get("precision"),
+                # Where generation ran (engine.runtime) and, for `http`, which server and
+                # served model: results from different runtimes can then be told apart.
+                "runtime": (engine.get("details") or {}).get("runtime"),
+                "server": (engine.get("details") or {}).get("server"),
+                "model": (engine.get("details") or {}).get("model"),
                 "engines_used_per_page": engines_used,
             },
             "fallback": self.cfg.engine.name not in engines_used,

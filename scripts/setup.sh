@@ -16,8 +16,9 @@ need_apt=()
 command -v pdftoppm >/dev/null 2>&1 || need_apt+=(poppler-utils)
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [[ $DEV -eq 1 ]]; then
-  # Real writers and a FUSE mount for the integration tests (see docs/reliability.md).
-  for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl; do
+  # Real writers and a FUSE mount for the integration tests (see docs/reliability.md);
+  # openssl makes the throw-away CA of the http runtime's TLS test.
+  for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl openssl; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
   done
 fi

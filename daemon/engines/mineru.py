@@ -26,6 +26,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ from daemon.engines.mineru_generate import (
     RowDone,
     capped,
 )
+from daemon.engines.runtime import Runtime, RuntimeSettings, settings_from
 from daemon.errors import DocumentError
 from daemon.page import (
     EQUATION,
@@ -57,6 +59,8 @@ if TYPE_CHECKING:
     from daemon.textlayer import TextLine
 
     from .mineru_model import LoadedModel
+
+__all__ = ["MinerUEngine", "Prediction", "run_page"]
 
 # Block types whose content is running text, so a trustworthy PDF text layer can stand in
 # for the model. Code is not here (indentation is lost in text layers), nor are
@@ -393,24 +397,74 @@ def route_loguru_to_logging() -> None:
 
 
 class MinerUEngine:
-    """Engine `mineru`. Constructed with the engine config; `load()` once per worker."""
+    """Engine `mineru`. Constructed with the engine config; `load()` once per worker.
+
+    `engine.runtime` decides where generation runs (see `runtime.py`); everything else,
+    from the layout step to the block mapping, is this module's and the same for all.
+    """
 
     name = "mineru"
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, runtime: RuntimeSettings | None = None) -> None:
         self.config = config
+        self.runtime = runtime or settings_from(config)
         self._loaded: LoadedModel | None = None
         self._client: Any = None
         self._generator: BatchedGenerator | None = None
+        self._remote: Runtime | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        # Pages the worker may run through parse_page at once (PLAN decision 2): a server
+        # batches concurrent requests; an in-process model works one page at a time.
+        self.max_pages_in_flight = 1
 
     def load(self) -> EngineInfo:
+        route_loguru_to_logging()
+        if self.runtime.kind == "transformers":
+            return self._load_transformers()
+        threads = self.config.threads
+        remote: Runtime
+        if self.runtime.kind == "http":
+            from daemon.engines.http_runtime import HttpRuntime
+
+            remote = HttpRuntime(self.runtime.http, client_options())
+        elif self.runtime.kind == "llama-cpp":
+            from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
+            from daemon.engines.mineru_model import default_threads
+
+            threads = threads if threads > 0 else default_threads()
+            remote = LlamaCppRuntime(
+                self.config.model, self.runtime.llama_cpp, threads, client_options()
+            )
+        else:
+            raise ValueError(f"unknown engine.runtime {self.runtime.kind!r}")
+        self._remote = remote
+        self._client = remote.client
+        self.max_pages_in_flight = remote.max_pages_in_flight
+        if remote.max_blocks_in_flight > 1:
+            self._pool = ThreadPoolExecutor(
+                max_workers=remote.max_blocks_in_flight, thread_name_prefix="mineru-block"
+            )
+        info = remote.info
+        return EngineInfo(
+            name=self.name,
+            model_id=info.model,
+            revision=None,
+            precision=None,
+            details={
+                "runtime": info.runtime,
+                "server": info.server,
+                "model": info.model,
+                **info.details,
+            },
+        )
+
+    def _load_transformers(self) -> EngineInfo:
         from transformers.utils import logging as hf_logging
 
         from daemon.engines.mineru_model import load_model
 
         # Worker logs go to journald/files: progress bars there are noise.
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        route_loguru_to_logging()
         loaded = load_model(
             self.config.model, self.config.revision, self.config.precision, self.config.threads
         )
@@ -421,6 +475,7 @@ class MinerUEngine:
             model=loaded.model,
             processor=loaded.processor,
             use_tqdm=False,
+            **client_options(),
         )
         self._loaded = loaded
         self._generator = BatchedGenerator(
@@ -432,6 +487,9 @@ class MinerUEngine:
             revision=loaded.weights.commit or self.config.revision,
             precision=loaded.precision,
             details={
+                "runtime": "transformers",
+                "server": None,
+                "model": self.config.model,
                 "threads": loaded.threads,
                 "batch_size": self.batch_size,
                 "dtype_vision": loaded.dtype_vision,
@@ -457,6 +515,29 @@ class MinerUEngine:
         assert self._generator is not None
         return self._generator.predict_many(requests, on_done)
 
+    def _concurrent_many(
+        self, requests: Sequence[GenRequest], on_done: RowDone
+    ) -> list[Prediction]:
+        """The blocks of a page as concurrent requests (server or llama.cpp slots, which
+        batch them themselves); each lands in its own row whatever the finishing order."""
+        assert self._pool is not None and self._remote is not None
+        predict = self._remote.predict
+        futures = {
+            self._pool.submit(
+                predict, r.image, r.prompt, capped(r.params, r.max_new_tokens), r.max_new_tokens
+            ): row
+            for row, r in enumerate(requests)
+        }
+        results: dict[int, Prediction] = {}
+        try:
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                on_done(futures[future])
+        finally:
+            for future in futures:  # one block failed: do not leave the others queued
+                future.cancel()
+        return [results[row] for row in range(len(requests))]
+
     @staticmethod
     def _text_layer(page: PageInput) -> Sequence[TextLine] | None:
         if page.pdf_path is None:
@@ -466,8 +547,22 @@ class MinerUEngine:
         return pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
+        """One page. Thread-safe for the http and llama-cpp runtimes: the helper keeps no
+        per-page state and their predict() may be called from several threads."""
         if self._client is None:
             raise RuntimeError("MinerUEngine.parse_page() before load()")
+        if self._remote is not None:
+            return run_page(
+                page,
+                options,
+                progress,
+                helper=self._client.helper,
+                prompts=self._client.prompts,
+                sampling_params=self._client.sampling_params,
+                predict=self._remote.predict,
+                text_layer=self._text_layer,
+                predict_many=self._concurrent_many if self._pool is not None else None,
+            )
         import torch
 
         with torch.inference_mode():
@@ -484,7 +579,23 @@ class MinerUEngine:
             )
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
         # Dropping the references is enough: the worker process exits or recycles soon.
         self._client = None
         self._generator = None
         self._loaded = None
+
+
+def client_options() -> dict[str, Any]:
+    """MinerUClient flags, the same for every runtime so every runtime gives the same output.
+
+    mineru-vl-utils' defaults: no image analysis, no formula wrapping in tables. MinerU 4
+    itself turns both on for MinerU2.5-Pro (see docs/scale-out.md, "Which model"); the
+    output side follows MinerU's renderers for the blocks the defaults produce.
+    """
+    return {}

