@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -13,6 +15,9 @@ import yaml
 from daemon.config import (
     DEFAULT_PATTERNS,
     ENV_CONFIG,
+    PAGE_OPTION_KEYS,
+    README_BEGIN,
+    README_END,
     Config,
     ConfigError,
     InboxConfig,
@@ -22,9 +27,11 @@ from daemon.config import (
     load_config,
     page_options_for,
     parse_size,
+    readme_table,
     redacted_dict,
     resolve_config_path,
 )
+from daemon.config_schema import Setting, declared
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "config.yaml"
@@ -758,3 +765,99 @@ def test_page_ranges_parse_and_validate(tmp_path: Path) -> None:
     for bad in ("0", "3-1", "x", "1-2-3"):
         with pytest.raises(ValueError):
             parse_page_range(bad, 10)
+
+
+# -- one declaration per key ------------------------------------------------------------
+
+
+def _declared_keys(cls: type, prefix: str = "") -> list[tuple[str, Setting]]:
+    """(YAML key path, its Setting) for every leaf key declared under `cls`."""
+    out: list[tuple[str, Setting]] = []
+    for f, s in declared(cls):
+        path = f"{prefix}.{s.key_for(f.name)}" if prefix else s.key_for(f.name)
+        if s.section is not None:
+            out += _declared_keys(s.section, path)
+        else:
+            out.append((path, s))
+            if s.items is not None:
+                out += _declared_keys(s.items, f"{path}[]")
+    return out
+
+
+def test_readme_config_table_is_generated_from_the_declarations() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert README_BEGIN in text and README_END in text
+    block = text.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
+    assert block == "\n" + readme_table(), "stale: run .venv/bin/python scripts/config_table.py"
+    for path, _ in _declared_keys(Config):
+        assert f"| `{path}` |" in block
+
+
+def test_shipped_config_lists_every_declared_key() -> None:
+    # config.yaml is the commented reference: every key is there, set to its default
+    # (test_shipped_config_matches_dataclass_defaults checks the values).
+    text = SHIPPED.read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    missing = []
+    for path, _ in _declared_keys(Config):
+        if path.startswith("inboxes[]."):
+            # Per-inbox keys are documented in the comment above `inboxes:`.
+            if f"#   {path.removeprefix('inboxes[].')}:" not in text:
+                missing.append(path)
+            continue
+        node: object = data
+        for part in path.split("."):
+            if not isinstance(node, dict) or part not in node:
+                missing.append(path)
+                break
+            node = node[part]
+    assert missing == [], "declared but not in config.yaml"
+
+
+def test_every_secret_is_masked_and_kept_out_of_reprs(tmp_path: Path) -> None:
+    cfg = load_config(minimal(tmp_path, f"passwords: [{SECRET_A!r}]\n"))
+    secrets = [path for path, s in _declared_keys(Config) if s.secret]
+    assert "passwords" in secrets
+    shown = redacted_dict(cfg)
+    for path in secrets:
+        node: object = shown
+        for part in path.split("."):
+            assert isinstance(node, dict)
+            node = node[part]
+        assert node in ("***", ["***"], None, [], "")
+    assert SECRET_A not in repr(cfg)
+
+
+def test_renamed_key_round_trips_under_its_yaml_name(tmp_path: Path) -> None:
+    red = redacted_dict(load_config(minimal(tmp_path)))
+    assert "max_file_size" in red["limits"]
+    assert "max_file_bytes" not in red["limits"]
+
+
+def test_page_keys_are_the_ones_an_inbox_may_override() -> None:
+    page = {path.removeprefix("engine.") for path, s in _declared_keys(Config) if s.page}
+    assert page == set(PAGE_OPTION_KEYS)
+    assert {"dpi", "text_layer", "pages"} <= page
+
+
+def test_reading_the_config_stays_light(tmp_path: Path) -> None:
+    # The daemon process reads its config; that must not pull in Pillow, numpy or torch.
+    cfg = minimal(tmp_path)
+    (tmp_path / "inbox").mkdir()
+    code = (
+        "import sys; from daemon.config import load_config, check_paths, redacted_dict;"
+        f"cfg = load_config({str(cfg)!r}); check_paths(cfg); redacted_dict(cfg);"
+        "heavy = [m for m in ('PIL', 'numpy', 'torch') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
+
+
+def test_page_keys_are_exactly_the_page_options_fields() -> None:
+    # page_options_for passes the page keys by name: a page key without a PageOptions
+    # field (or the reverse) would be lost on the way to the worker.
+    import dataclasses
+
+    from daemon.page import PageOptions
+
+    assert {f.name for f in dataclasses.fields(PageOptions)} == set(PAGE_OPTION_KEYS)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from daemon.config import BUILTIN_ENGINES
+
 if TYPE_CHECKING:
     from daemon.config import EngineConfig
     from daemon.page import Engine
 
-BUILTIN = ("mineru", "lite")
+BUILTIN = BUILTIN_ENGINES
 
 
 def create_engine(name: str, config: EngineConfig) -> Engine:

@@ -1,0 +1,165 @@
+"""Folder checks: the inboxes exist and can be read, no output folder is inside an inbox
+(or holds one), output folders are distinct, and each is created and actually written
+into (a read-only or full NFS/SMB mount passes os.access).
+
+Plain paths in, problems out: this module knows nothing of the config's shape, so the
+config can run it on a half-valid file too.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from daemon.config_values import Problem
+
+
+def real_path(path: Path) -> Path:
+    # strict=False: folders that do not exist yet still compare by their resolved parent.
+    return path.expanduser().resolve(strict=False)
+
+
+def inside(inner: Path, outer: Path) -> bool:
+    """True when `inner` is `outer` or below it (both already resolved)."""
+    return inner == outer or outer in inner.parents
+
+
+def _check_writable(key: str, folder: Path) -> Problem | None:
+    hint = f"fix the owner or mount options, e.g. chown <daemon user> {folder}"
+    if not folder.is_dir():
+        return Problem(
+            key,
+            f"{folder} exists but is not a folder",
+            "point it at a folder, or move the file away",
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return Problem(key, f"{folder} is not writable", hint)
+    # os.access answers from mode bits; a read-only (or full) NFS/SMB mount can still
+    # refuse the write, so actually write.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".docinbox-write-test-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return Problem(key, f"cannot write into {folder}: {exc.strerror or exc}", hint)
+    return None
+
+
+def _inbox_problems(inboxes: list[tuple[str, Path, Path]]) -> list[Problem]:
+    problems: list[Problem] = []
+    for key, path, real in inboxes:
+        mkdir_hint = f"is the share mounted? create it with: mkdir -p {path}"
+        if not real.exists():
+            problems.append(Problem(key, f"inbox {path} does not exist", mkdir_hint))
+        elif not real.is_dir():
+            problems.append(Problem(key, f"inbox {path} is not a folder", "point it at a folder"))
+        elif not os.access(real, os.R_OK | os.X_OK):
+            problems.append(
+                Problem(key, f"inbox {path} is not readable", "give the daemon's user read access")
+            )
+
+    # Nested inboxes: one file would belong to two inboxes and be processed twice.
+    for a in range(len(inboxes)):
+        for b in range(a + 1, len(inboxes)):
+            key_a, _, real_a = inboxes[a]
+            key_b, _, real_b = inboxes[b]
+            if real_a == real_b:
+                problems.append(
+                    Problem(
+                        key_b, f"is the same folder as {key_a} ({real_a})", "list each folder once"
+                    )
+                )
+            elif inside(real_a, real_b) or inside(real_b, real_a):
+                inner, outer = (key_a, key_b) if inside(real_a, real_b) else (key_b, key_a)
+                problems.append(
+                    Problem(
+                        inner,
+                        f"is inside {outer}: its files would belong to both inboxes",
+                        "use one inbox (recursive: true covers subfolders) or move one out",
+                    )
+                )
+    return problems
+
+
+def check_folders(
+    inbox_paths: Sequence[Path], outputs: Sequence[tuple[str, Path]], *, create: bool
+) -> list[Problem]:
+    """Every filesystem problem at once (empty list: good to run).
+
+    `inbox_paths` are reported as `inboxes[i].path`; `outputs` are (config key, folder)
+    for the folders the daemon writes to. With `create`, missing output folders are made
+    (with parents); `state_dir` gets mode 0o700 since its database holds file names.
+    """
+    inboxes = [(f"inboxes[{i}].path", p, real_path(p)) for i, p in enumerate(inbox_paths)]
+    problems = _inbox_problems(inboxes)
+
+    resolved = [(key, folder, real_path(folder)) for key, folder in outputs]
+    dangerous: set[str] = set()
+    reingest = "the daemon would ingest its own output over and over"
+    for out_key, folder, out_real in resolved:
+        for in_key, _inbox, in_real in inboxes:
+            if inside(out_real, in_real):
+                relation = "is the same folder as" if out_real == in_real else "is inside"
+                inbox_key = in_key.removesuffix(".path")
+                problems.append(
+                    Problem(
+                        out_key,
+                        f"{folder} {relation} inbox {inbox_key} ({in_real}): {reingest}",
+                        "put output folders next to the inbox, not inside it",
+                    )
+                )
+                dangerous.add(out_key)
+            elif inside(in_real, out_real):
+                problems.append(
+                    Problem(
+                        in_key,
+                        f"inbox {in_real} is inside {out_key} ({folder}): {reingest}",
+                        "put the inbox next to the output folders, not inside one",
+                    )
+                )
+                dangerous.add(out_key)
+
+    # Pairwise distinct: e.g. archive == failed would mix good and failed originals, and
+    # failed == outbox would hand originals to whatever consumes the outbox.
+    for a in range(len(resolved)):
+        for b in range(a + 1, len(resolved)):
+            key_a, _fa, real_a = resolved[a]
+            key_b, folder_b, real_b = resolved[b]
+            if real_a == real_b:
+                problems.append(
+                    Problem(
+                        key_b,
+                        f"{folder_b} is the same folder as {key_a}",
+                        f"give {key_a} and {key_b} separate folders",
+                    )
+                )
+
+    for key, folder, real in resolved:
+        if key in dangerous:
+            continue  # do not create folders inside an inbox; the problem is reported
+        if not os.path.lexists(real):
+            if not create:
+                problems.append(
+                    Problem(key, f"{folder} does not exist", f"create it with: mkdir -p {folder}")
+                )
+                continue
+            try:
+                real.mkdir(parents=True, exist_ok=True)
+                if key == "state_dir":
+                    # mkdir's mode is filtered by the umask; chmod sets it exactly.
+                    real.chmod(0o700)
+            except OSError as exc:
+                problems.append(
+                    Problem(
+                        key,
+                        f"cannot create {folder}: {exc.strerror or exc}",
+                        "create it by hand or fix the parent folder's permissions",
+                    )
+                )
+                continue
+        problem = _check_writable(key, real)
+        if problem is not None:
+            problems.append(problem)
+    return problems
