@@ -12,8 +12,9 @@ import pytest
 
 from daemon import raster, sniff
 from daemon.config import EngineConfig, LimitsConfig
+from daemon.cpus import resolve_threads
 from daemon.engines import create_engine
-from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks, resolve_threads
+from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks
 from daemon.errors import EngineUnavailable
 from daemon.page import (
     PAGE_NUMBER,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
 import re
 import statistics
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from daemon.config import EngineConfig
+from daemon.cpus import resolve_threads
 from daemon.errors import EngineUnavailable
 from daemon.page import (
     PAGE_NUMBER,
@@ -66,19 +66,6 @@ _PAGE_NUMBER_RE = re.compile(
     r"^\W*(page\s*)?(\d{1,4}|[ivxlc]{1,7})(\s*(/|of)\s*\d{1,4})?\W*$", re.IGNORECASE
 )
 _PAGE_MARGIN = 0.08  # top/bottom share of the page where page numbers live
-
-
-def resolve_threads(threads: int) -> int:
-    """Threads for OCR: the configured number, or the physical cores for 0."""
-    if threads > 0:
-        return threads
-    try:
-        import psutil
-
-        physical = psutil.cpu_count(logical=False)
-    except ImportError:  # psutil is a dependency; this only keeps odd installs working
-        physical = None
-    return max(1, physical or os.cpu_count() or 1)
 
 
 @dataclass

@@ -428,10 +428,10 @@ class MinerUEngine:
 
             remote = HttpRuntime(self.runtime.http, client_options())
         elif self.runtime.kind == "llama-cpp":
+            from daemon.cpus import resolve_threads
             from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
-            from daemon.engines.mineru_model import default_threads
 
-            threads = threads if threads > 0 else default_threads()
+            threads = resolve_threads(threads)
             remote = LlamaCppRuntime(
                 self.config.model, self.runtime.llama_cpp, threads, client_options()
             )

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.cpus import resolve_threads
 from daemon.errors import EngineUnavailable
 
 DEFAULT_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
@@ -184,20 +185,6 @@ def auto_precision(
     return "mixed"
 
 
-def default_threads() -> int:
-    """Physical cores: SMT siblings share the FPUs and only add contention to GEMMs."""
-    import psutil
-
-    physical = psutil.cpu_count(logical=False) or os.cpu_count() or 1
-    try:
-        # CPUs this process may run on (taskset, systemd's CPUAffinity=, a container's
-        # cpuset): more threads than that only queue behind each other.
-        allowed = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        allowed = physical
-    return max(1, min(physical, allowed))
-
-
 def load_processor(folder: Path) -> Any:
     """Image-only Qwen2-VL processor (tokenizer + PIL image processor + chat template).
 
@@ -271,7 +258,7 @@ def load_model(
     import torch
     from transformers import Qwen2VLForConditionalGeneration
 
-    n_threads = threads if threads > 0 else default_threads()
+    n_threads = resolve_threads(threads)
     torch.set_num_threads(n_threads)
 
     effective = auto_precision() if precision == "auto" else precision
