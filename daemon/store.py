@@ -22,7 +22,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -647,6 +646,3 @@ class Store:
             for r in self.conn.execute("SELECT key, value FROM runtime").fetchall()
         }
 
-
-def wall_clock() -> float:
-    return time.time()
