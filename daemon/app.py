@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from daemon import __version__, output
+from daemon import __version__, outbox
 from daemon.config import Config, ConfigError, check_paths, load_config
+from daemon.display import safe_display
 from daemon.errors import ExitCode
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.ingest import Ingestor
@@ -78,13 +79,13 @@ def tighten_state_dir(folder: Path) -> None:
             folder.chmod(0o700)
             log.warning(
                 "state folder %s was open to others (mode %o); it is now 0700",
-                output.safe_display(folder),
+                safe_display(folder),
                 mode,
             )
     except OSError as exc:
         log.warning(
             "state folder %s: cannot make it private to this user (%s)",
-            output.safe_display(folder),
+            safe_display(folder),
             exc.strerror or exc,
         )
 
@@ -129,7 +130,7 @@ class Daemon:
                 len(recovered),
                 ", ".join(map(str, recovered)),
             )
-        removed = output.cleanup_orphans(self.cfg.outbox)
+        removed = outbox.cleanup_orphans(self.cfg.outbox)
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
         self.publisher = Publisher(self.cfg, self.store, self.wall)
@@ -149,7 +150,7 @@ class Daemon:
         for w in self.watcher.describe():
             log.info(
                 "watching %s (%s: %s)",
-                output.safe_display(str(w["path"])),
+                safe_display(str(w["path"])),
                 w["observer"],
                 w.get("reason", ""),
             )
@@ -205,7 +206,7 @@ class Daemon:
                         raise
                     except Exception:
                         # One odd file must never stop the daemon; the next rescan retries.
-                        log.exception("could not ingest %s", output.safe_display(path))
+                        log.exception("could not ingest %s", safe_display(path))
                         self.watcher.forget(path)
             self.supervisor.tick(now)
         except (StoreBusy, sqlite3.OperationalError) as exc:
@@ -278,7 +279,7 @@ class Daemon:
         if cur:
             # safe_display: a newline in a file name would start a new notify field
             # (e.g. WATCHDOG=trigger) in the datagram to systemd.
-            doing = f"; working on {output.safe_display(Path(cur.path).name)}"
+            doing = f"; working on {safe_display(Path(cur.path).name)}"
             if cur.page:
                 doing += f" page {cur.page}/{cur.pages}"
         engine = snap.engine.name or self.cfg.engine.name
@@ -317,7 +318,7 @@ class Daemon:
         self.supervisor.update_config(new)
         self.watcher.replace_inboxes(new.inboxes)
         self.watcher.rescan_now()
-        log.info("configuration reloaded from %s", output.safe_display(new.source or ""))
+        log.info("configuration reloaded from %s", safe_display(new.source or ""))
         self.notifier.ready(self.status_line())
 
     # -- the real loop --------------------------------------------------------------------

@@ -30,8 +30,8 @@ from daemon.config import (
     redacted_dict,
     resolve_config_path,
 )
+from daemon.display import safe_display
 from daemon.errors import ExitCode
-from daemon.output import safe_display
 from daemon.states import JobState
 from daemon.status import Status, collect
 from daemon.store import Job, Store

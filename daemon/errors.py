@@ -38,6 +38,85 @@ class FailureKind(str, enum.Enum):
     OUTPUT = "output_error"  # the outbox could not be written (retried with backoff first)
 
 
+# What the user can do about each kind of failure; written into `<name>.error.json` and
+# shown by `docinbox status`. Kept next to the kinds so a new kind cannot miss its hint.
+_RETRY = "then run `docinbox retry {id}`"
+
+_HINTS: dict[FailureKind, str] = {
+    FailureKind.UNSUPPORTED: (
+        "docinbox reads PDF and image files (PNG, JPEG, TIFF, WebP, BMP, GIF). Check that "
+        "the file is one of those (a renamed Word file is not a PDF); convert it to PDF "
+        "and drop it into the inbox again. A file whose name says one format and whose "
+        "content is another is refused too: give it the right extension and drop it in "
+        "again."
+    ),
+    FailureKind.CORRUPT: (
+        "The file is damaged or incomplete. Open it in a viewer to check; if it was still "
+        'being copied or downloaded, copy it again. A re-saved copy (e.g. "print to '
+        'PDF") usually works: drop that into the inbox.'
+    ),
+    FailureKind.EMPTY: (
+        "The file is empty (0 bytes), probably an interrupted copy or download. Copy the "
+        "complete file into the inbox again."
+    ),
+    FailureKind.ENCRYPTED: (
+        "The PDF is password-protected: add the password to `passwords:` in config.yaml, "
+        + _RETRY
+        + "."
+    ),
+    FailureKind.TOO_LARGE: (
+        "The document is over `limits.max_file_size` or `limits.max_pages` in config.yaml. "
+        "Split it into smaller files, or raise the limit and " + _RETRY + "."
+    ),
+    FailureKind.BOMB: (
+        "The image has more pixels than `limits.max_image_pixels` allows (a guard against "
+        "decompression bombs). Scale the image down, or if you trust it raise that limit "
+        "in config.yaml and " + _RETRY + "."
+    ),
+    FailureKind.TIMEOUT: (
+        "Processing took longer than `limits.page_timeout_seconds` or "
+        "`limits.document_timeout_seconds`. Raise them (or lower `engine.dpi`) in "
+        "config.yaml, " + _RETRY + "."
+    ),
+    FailureKind.CRASHED: (
+        "The worker process died on this document `worker.max_attempts` times, often "
+        "from running out of memory. Check the log, free memory or lower `engine.dpi` / "
+        "`engine.max_long_side` in config.yaml, " + _RETRY + "."
+    ),
+    FailureKind.VANISHED: (
+        "The file was moved or deleted from the inbox before it was processed. If that "
+        "was not intended, put it back into the inbox."
+    ),
+    FailureKind.ENGINE: (
+        "The recognition engine failed on a page; the log has the details. "
+        + _RETRY[0].upper()
+        + _RETRY[1:]
+        + "; if it fails again, report it together with "
+        "the log."
+    ),
+    FailureKind.OUTPUT: (
+        "The outbox could not be written (disk full, permissions, or a read-only folder). "
+        "Free disk space or fix the outbox permissions, " + _RETRY + "."
+    ),
+}
+
+_GENERIC_HINT = "See the docinbox log for details, fix the cause, " + _RETRY + "."
+
+
+def hint_for(kind: str | FailureKind, job_id: int | str | None = None) -> str:
+    """What the user can do about a failure of this kind, in plain words.
+
+    With `job_id`, the `docinbox retry` command in the hint is ready to paste.
+    """
+    try:
+        fk = FailureKind(kind)
+    except ValueError:
+        text = _GENERIC_HINT
+    else:
+        text = _HINTS[fk]
+    return text.replace("{id}", str(job_id) if job_id is not None else "<id>")
+
+
 class DocumentError(Exception):
     """A problem with one input document. Never takes the daemon down."""
 

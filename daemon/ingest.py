@@ -16,8 +16,9 @@ import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from daemon import output
+from daemon import originals
 from daemon.config import Config, InboxConfig
+from daemon.display import safe_display
 from daemon.errors import FailureKind
 from daemon.store import IngestResult, Store
 
@@ -84,13 +85,13 @@ class Ingestor:
             return None
         except OSError as exc:
             log.warning("cannot read %s: %s (will try again on the next scan)",
-                        output.safe_display(path), exc)
+                        safe_display(path), exc)
             self.retry_later(path)
             return None
         if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
             # Still being written after all: the watcher will report it again when stable.
             log.info(
-                "%s changed while hashing; waiting for it to settle", output.safe_display(path)
+                "%s changed while hashing; waiting for it to settle", safe_display(path)
             )
             return None
         if not utf8:
@@ -112,7 +113,7 @@ class Ingestor:
             log.info(
                 "queued job %s: %s (%d bytes, sha256 %s)",
                 result.job.id,
-                output.safe_display(path),
+                safe_display(path),
                 st.st_size,
                 digest[:12],
             )
@@ -127,7 +128,7 @@ class Ingestor:
         It is failed at once, visibly: moved to failed/ with its error file, and recorded
         under an escaped name, instead of being retried on every rescan.
         """
-        shown = output.safe_display(path)
+        shown = safe_display(path)
         result = self.store.record_arrival(
             path=shown, inbox=str(inbox.path), subdir=subdir_for(inbox, path),
             size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, now=self.wall(),
@@ -135,7 +136,7 @@ class Ingestor:
         reason = ("the file name is not valid UTF-8, so it cannot be tracked; rename it "
                   "(e.g. convmv -f latin1 -t utf8) and drop it again")
         try:
-            output.write_failure(path, self.cfg.failed, subdir_for(inbox, path), {
+            originals.write_failure(path, self.cfg.failed, subdir_for(inbox, path), {
                 "kind": FailureKind.UNSUPPORTED.value, "reason": reason, "file": shown,
                 "sha256": digest, "attempts": 0,
                 "job_id": result.job.id if result else None,
@@ -150,23 +151,23 @@ class Ingestor:
 
     def _dispose_duplicate(self, path: Path, result: IngestResult) -> None:
         orig = result.original
-        what = f"job {orig.id} ({output.safe_display(orig.source_path)})" if orig else "?"
+        what = f"job {orig.id} ({safe_display(orig.source_path)})" if orig else "?"
         action = self.cfg.on_duplicate
         try:
             if action == "move":
-                dest = output.move_into(path, self.cfg.duplicates, result.job.subdir)
+                dest = originals.move_into(path, self.cfg.duplicates, result.job.subdir)
                 self.store.forget_source(str(path))
                 log.info(
                     "duplicate of %s: moved %s to %s",
                     what,
-                    output.safe_display(path),
-                    output.safe_display(dest),
+                    safe_display(path),
+                    safe_display(dest),
                 )
             elif action == "delete":
                 path.unlink()
                 self.store.forget_source(str(path))
-                log.info("duplicate of %s: deleted %s", what, output.safe_display(path))
+                log.info("duplicate of %s: deleted %s", what, safe_display(path))
             else:
-                log.info("duplicate of %s: kept %s", what, output.safe_display(path))
+                log.info("duplicate of %s: kept %s", what, safe_display(path))
         except OSError as exc:
-            log.error("duplicate %s could not be %sd: %s", output.safe_display(path), action, exc)
+            log.error("duplicate %s could not be %sd: %s", safe_display(path), action, exc)

@@ -1,5 +1,10 @@
 """The end of the data path: a finished document's outbox folder, and its original's fate.
 
+Publish decides WHAT a finished document becomes: which files (rendered by `formats`),
+published as one folder by `outbox` (which owns HOW: atomically, never clobbering another
+document), then the original archived, deleted or kept (`originals`). A failed document's
+original goes to failed/ with its error record.
+
 Order matters for crash safety: the outbox folder is written (atomically) BEFORE the
 original is archived or deleted, and the job is marked done only after both. A kill at
 any point leaves the job `running`; on restart it is requeued, all its pages are already
@@ -12,13 +17,18 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from daemon import __version__, output
+from daemon import __version__, originals, outbox
 from daemon.config import Config
+from daemon.display import safe_display
+from daemon.durable import json_bytes
 from daemon.errors import FailureKind
+from daemon.formats.content_list import content_list
+from daemon.formats.markdown import pages_to_markdown
+from daemon.formats.meta import document_meta
 from daemon.page import Block
 from daemon.store import Job, Store
 
@@ -27,6 +37,37 @@ log = logging.getLogger("docinbox.publish")
 
 def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def write_document(
+    outbox_root: Path,
+    subdir: str,
+    stem: str,
+    sha256: str,
+    pages: Sequence[Sequence[Block]],
+    meta: Mapping[str, Any],
+) -> Path:
+    """Write `<stem>.md`, `<stem>_content_list.json` and `<stem>.meta.json` into one new
+    folder `outbox/<subdir>/<stem>/`, atomically (`outbox.write_folder`); return it.
+
+    `stem` is sanitised (`outbox.sanitize_stem`); the files inside are named after it.
+    Raises ValueError for a bad `subdir`/`sha256` or a meta of another document, OSError
+    for disk problems.
+    """
+    sha = sha256.lower()
+    full_meta = dict(meta)
+    if "sha256" in full_meta and str(full_meta["sha256"]).lower() != sha:
+        raise ValueError("meta['sha256'] does not match the sha256 argument")
+    full_meta.setdefault("sha256", sha)
+    full_meta.setdefault("docinbox_version", __version__)
+    name = outbox.sanitize_stem(stem)
+    # Render everything before touching the disk: a rendering bug must not leave files.
+    files = {
+        f"{name}.md": pages_to_markdown(pages).encode("utf-8"),
+        f"{name}_content_list.json": json_bytes(content_list(pages)),
+        f"{name}.meta.json": json_bytes(full_meta),
+    }
+    return outbox.write_folder(outbox_root, subdir, name, sha256, files)
 
 
 class Publisher:
@@ -38,54 +79,14 @@ class Publisher:
     def meta_for(
         self, job: Job, pages: list[dict[str, Any]], engine: dict[str, Any]
     ) -> dict[str, Any]:
-        sources: dict[str, int] = {}
-        for p in pages:
-            for b in p["blocks"]:
-                src = str(b.get("source", "model"))
-                sources[src] = sources.get(src, 0) + 1
-        engines_used = sorted({str(p["engine"]) for p in pages})
-        return {
-            "sha256": job.sha256,
-            "original_path": job.source_path,
-            "original_paths": self.original_paths(job),
-            "size": job.size,
-            "job_id": job.id,
-            "engine": {
-                "name": engine.get("name"),
-                "model_id": engine.get("model_id"),
-                "revision": engine.get("revision"),
-                "precision": engine.get("precision"),
-                # Where generation ran (engine.runtime) and, for `http`, which server and
-                # served model: results from different runtimes can then be told apart.
-                "runtime": (engine.get("details") or {}).get("runtime"),
-                "server": (engine.get("details") or {}).get("server"),
-                "model": (engine.get("details") or {}).get("model"),
-                "engines_used_per_page": engines_used,
-            },
-            "fallback": self.cfg.engine.name not in engines_used,
-            "page_count": len(pages),
-            "seconds_per_page": [round(float(p["seconds"]), 3) for p in pages],
-            "block_sources": sources,
-            "pages": [
-                {
-                    "page_idx": p["page_idx"],
-                    **p["info"],
-                    # Which block came from where, in the page's reading order (the order of
-                    # content_list.json): the PDF text layer, OCR or the model.
-                    "blocks": [
-                        {
-                            "type": b.get("type"),
-                            "bbox": output.bbox_1000(b.get("bbox") or ()),
-                            "source": b.get("source", "model"),
-                        }
-                        for b in p["blocks"]
-                    ],
-                }
-                for p in pages
-            ],
-            "docinbox_version": __version__,
-            "processed_at": iso(self.wall()),
-        }
+        return document_meta(
+            job,
+            pages,
+            engine,
+            original_paths=self.original_paths(job),
+            configured_engine=self.cfg.engine.name,
+            processed_at=iso(self.wall()),
+        )
 
     def original_paths(self, job: Job) -> list[str]:
         paths = [job.source_path]
@@ -98,7 +99,7 @@ class Publisher:
         pages = self.store.pages(job.id)
         blocks = [[Block.from_dict(b) for b in p["blocks"]] for p in pages]
         stem = Path(job.source_path).stem
-        folder = output.write_document(
+        folder = write_document(
             self.cfg.outbox,
             job.subdir,
             stem,
@@ -118,12 +119,12 @@ class Publisher:
         if src.is_relative_to(self.cfg.failed):
             # A retry that worked: failed/ should list only what is still failed. The
             # record of the earlier failure stays in the job's history in the database.
-            output.remove_error_file(src)
+            originals.remove_error_file(src)
         action = self.cfg.after_success
         if action == "archive":
-            dest = output.move_into(src, self.cfg.archive, job.subdir)
+            dest = originals.move_into(src, self.cfg.archive, job.subdir)
             self.store.set_held_path(job.id, str(dest))
-            log.info("job %s: original archived to %s", job.id, output.safe_display(dest))
+            log.info("job %s: original archived to %s", job.id, safe_display(dest))
         elif action == "delete":
             os.unlink(src)
             self.store.set_held_path(job.id, None)
@@ -143,7 +144,7 @@ class Publisher:
         }
         if kind == FailureKind.VANISHED.value and not src.exists():
             log.warning(
-                "job %s: %s vanished; nothing to move to failed/", job.id, output.safe_display(src)
+                "job %s: %s vanished; nothing to move to failed/", job.id, safe_display(src)
             )
         try:
             now_size: int | None = src.stat().st_size
@@ -158,16 +159,16 @@ class Publisher:
             # offers the finished file again as a new version.
             log.warning("job %s: %s changed since it was queued (%d -> %d bytes); left in "
                         "place to be taken again when complete", job.id,
-                        output.safe_display(src), job.size, now_size)
+                        safe_display(src), job.size, now_size)
             self.store.forget_source(job.source_path)
             return
         if src.is_relative_to(self.cfg.failed):
             # A retry that failed again: the original is already in failed/; refresh its
             # error file in place instead of moving it to "name (1).pdf".
-            output.write_error_file(src, error)
+            originals.write_error_file(src, error)
             return
-        dest = output.write_failure(src, self.cfg.failed, job.subdir, error)
+        dest = originals.write_failure(src, self.cfg.failed, job.subdir, error)
         if src.exists() or dest.exists():
             self.store.set_held_path(job.id, str(dest))
-        log.warning("job %s: %s -> %s", job.id, message, output.safe_display(dest))
+        log.warning("job %s: %s -> %s", job.id, message, safe_display(dest))
         self.store.forget_source(job.source_path)

@@ -36,8 +36,8 @@ from typing import Any, Protocol
 import psutil
 
 from daemon.config import Config, page_options_for, parse_page_range
+from daemon.display import safe_display
 from daemon.errors import FailureKind
-from daemon.output import safe_display
 from daemon.status import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.store import Job, Store, StoreBusy
 

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from daemon import output
 from daemon.config import EngineConfig, LimitsConfig, Precision
 from daemon.engines import create_engine
 from daemon.engines.mineru import (
@@ -28,6 +27,7 @@ from daemon.engines.mineru import (
 )
 from daemon.engines.mineru_model import auto_precision, resolve_weights
 from daemon.errors import EngineUnavailable
+from daemon.formats import content_list, markdown
 from daemon.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
 from daemon.textlayer import TextLine
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
@@ -132,12 +132,12 @@ def test_layout_parsing_recognition_and_markdown_are_exact() -> None:
         Block("image", (0.1, 0.8, 0.5, 0.95), angle=0, md=None),
     ]  # fmt: skip
     # What the outbox gets, through the shipped writers: <stem>.md ...
-    assert output.pages_to_markdown([result.blocks]) == (
+    assert markdown.pages_to_markdown([result.blocks]) == (
         "# Results\n\nThe first part of a para- graph continues here.\n\n"
         f"{TABLE_HTML}\n\n\\[\nE = m c^2\n\\]\n"
     )
     # ... and <stem>_content_list.json, entry for entry as MinerU writes it
-    assert output.content_list([result.blocks]) == [
+    assert content_list.content_list([result.blocks]) == [
         {"type": "text", "text": "Results", "text_level": 1, "bbox": [100, 50, 900, 100],
          "page_idx": 0},
         {"type": "text", "text": "The first part of a para-", "bbox": [100, 120, 900, 300],

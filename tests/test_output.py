@@ -1,4 +1,5 @@
-"""daemon.output: Markdown/content_list rendering, atomic outbox folders, moves, failures."""
+"""The output side: formats (Markdown, content_list), the atomic outbox writer (outbox,
+publish.write_document), moving originals, failures and their hints."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from daemon import __version__, config, output
+from daemon import __version__, config, display, durable, errors, originals, publish
+from daemon import outbox as outbox_writer
 from daemon.errors import FailureKind
+from daemon.formats import content_list, markdown
 from daemon.page import Block
 
 SHA_A = "a" * 8 + "1" * 56
@@ -86,22 +89,22 @@ EXPECTED_MD = (
 
 
 def test_markdown_every_block_type() -> None:
-    assert output.pages_to_markdown(every_block_type()) == EXPECTED_MD
+    assert markdown.pages_to_markdown(every_block_type()) == EXPECTED_MD
 
 
 def test_markdown_edge_cases() -> None:
-    assert output.pages_to_markdown([]) == "\n"
+    assert markdown.pages_to_markdown([]) == "\n"
     # Pre-wrapped LaTeX is not wrapped twice; an empty equation/image emits nothing.
-    md = output.pages_to_markdown(
+    md = markdown.pages_to_markdown(
         [[b("equation", latex="$$ x $$"), b("equation"), b("text", "t", text_level=3)]]
     )
     assert md == "$$\nx\n$$\n\n### t\n"
-    assert output.pages_to_markdown([[b("title", "x", text_level=9)]]) == "###### x\n"
+    assert markdown.pages_to_markdown([[b("title", "x", text_level=9)]]) == "###### x\n"
 
 
 def test_content_list_every_block_type() -> None:
     bbox = [100, 200, 500, 250]
-    assert output.content_list(every_block_type()) == [
+    assert content_list.content_list(every_block_type()) == [
         {"type": "header", "text": "ACME Corp", "bbox": [100, 20, 900, 50], "page_idx": 0},
         {"type": "text", "text": "Annual Report", "text_level": 1, "bbox": bbox, "page_idx": 0},
         {"type": "text", "text": "Overview", "text_level": 2, "bbox": bbox, "page_idx": 0},
@@ -164,7 +167,7 @@ def test_content_list_every_block_type() -> None:
 
 
 def test_content_list_bbox_is_clamped() -> None:
-    [entry] = output.content_list([[b("text", "x", bbox=(-0.1, 0.0004, 1.2, float("nan")))]])
+    [entry] = content_list.content_list([[b("text", "x", bbox=(-0.1, 0.0004, 1.2, float("nan")))]])
     assert entry["bbox"] == [0, 0, 1000, 0]
 
 
@@ -172,7 +175,7 @@ def test_content_list_bbox_is_clamped() -> None:
 
 
 def tmp_area(outbox: Path) -> Path:
-    return outbox / output.TMP_DIR_NAME
+    return outbox / durable.TMP_DIR_NAME
 
 
 def leftovers(outbox: Path) -> list[Path]:
@@ -188,7 +191,7 @@ def write(
     pages: list[list[Block]] | None = None,
     meta: dict[str, Any] | None = None,
 ) -> Path:
-    return output.write_document(
+    return publish.write_document(
         outbox,
         subdir,
         stem,
@@ -211,7 +214,7 @@ def test_write_document_layout_and_no_tmp(tmp_path: Path) -> None:
     meta = json.loads((folder / "report.meta.json").read_text(encoding="utf-8"))
     assert meta == {"job_id": 7, "sha256": SHA_A, "docinbox_version": __version__}
     cl = json.loads((folder / "report_content_list.json").read_text(encoding="utf-8"))
-    assert cl == output.content_list(every_block_type())
+    assert cl == content_list.content_list(every_block_type())
     assert not tmp_area(outbox).exists()
 
 
@@ -240,7 +243,7 @@ def test_crash_on_final_rename_leaves_no_visible_folder(
 
     monkeypatch.setattr(os, "rename", crash)
     # A real crash runs no cleanup at all: simulate that too.
-    monkeypatch.setattr(output, "_remove_tree", lambda p: None)
+    monkeypatch.setattr(outbox_writer, "remove_tree", lambda p: None)
     with pytest.raises(OSError):
         write(outbox)
     assert not (outbox / "inbox1" / "report").exists()
@@ -249,9 +252,9 @@ def test_crash_on_final_rename_leaves_no_visible_folder(
     assert len(leftovers(outbox)) == 1
 
     monkeypatch.undo()
-    assert output.cleanup_orphans(outbox) == 1
+    assert outbox_writer.cleanup_orphans(outbox) == 1
     assert not tmp_area(outbox).exists()
-    assert output.cleanup_orphans(outbox) == 0
+    assert outbox_writer.cleanup_orphans(outbox) == 0
 
 
 def test_failed_write_cleans_its_own_staging(
@@ -352,24 +355,24 @@ def test_crash_inside_replace_window_is_rolled_forward(
         REAL_RENAME(src, dst)
 
     monkeypatch.setattr(os, "rename", rename)
-    monkeypatch.setattr(output, "_remove_tree", lambda p: None)
+    monkeypatch.setattr(outbox_writer, "remove_tree", lambda p: None)
     # Rollback would run in a living process; a killed one runs nothing.
-    monkeypatch.setattr(output, "_replace", _replace_without_rollback)
+    monkeypatch.setattr(outbox_writer, "_replace", _replace_without_rollback)
     with pytest.raises(Killed):
         write(tmp_path, pages=[[b("text", "new")]])
     assert not folder.exists()  # the window: neither in place...
     monkeypatch.undo()
-    assert output.cleanup_orphans(tmp_path) == 1
+    assert outbox_writer.cleanup_orphans(tmp_path) == 1
     assert (folder / "report.md").read_text() == "new\n"  # ...until the restart
     assert not tmp_area(tmp_path).exists()
 
 
 def _replace_without_rollback(staging: Path, new: Path, final: Path, outbox: Path) -> None:
-    output._write_new_file(
-        staging / output._MARKER,
-        output._json_bytes({"target": list(final.relative_to(outbox).parts)}),
+    durable.write_new_file(
+        staging / outbox_writer._MARKER,
+        durable.json_bytes({"target": list(final.relative_to(outbox).parts)}),
     )
-    os.rename(final, staging / output._OLD)
+    os.rename(final, staging / outbox_writer._OLD)
     os.rename(new, final)
 
 
@@ -379,7 +382,7 @@ def test_cleanup_orphans_only_touches_tmp(tmp_path: Path) -> None:
     (t / "w-dead").mkdir(parents=True)
     (t / "w-dead" / "new").mkdir()
     (t / "stray.part").write_text("x")
-    assert output.cleanup_orphans(tmp_path) == 2
+    assert outbox_writer.cleanup_orphans(tmp_path) == 2
     assert (tmp_path / "inbox1" / "report" / "report.md").exists()
     assert not t.exists()
 
@@ -400,14 +403,14 @@ def test_cleanup_orphans_only_touches_tmp(tmp_path: Path) -> None:
     ],
 )
 def test_sanitize_stem(stem: str, expected: str) -> None:
-    assert output.sanitize_stem(stem) == expected
+    assert outbox_writer.sanitize_stem(stem) == expected
 
 
 def test_sanitize_stem_long_names_cut_on_char_boundary() -> None:
-    s = output.sanitize_stem("é" * 300)
-    assert len(s.encode("utf-8")) <= output.MAX_STEM_BYTES
-    assert s == "é" * (output.MAX_STEM_BYTES // 2)
-    assert output.sanitize_stem("x" * 300) == "x" * output.MAX_STEM_BYTES
+    s = outbox_writer.sanitize_stem("é" * 300)
+    assert len(s.encode("utf-8")) <= outbox_writer.MAX_STEM_BYTES
+    assert s == "é" * (outbox_writer.MAX_STEM_BYTES // 2)
+    assert outbox_writer.sanitize_stem("x" * 300) == "x" * outbox_writer.MAX_STEM_BYTES
 
 
 def test_hostile_stem_stays_inside_outbox(tmp_path: Path) -> None:
@@ -415,7 +418,7 @@ def test_hostile_stem_stays_inside_outbox(tmp_path: Path) -> None:
     folder = write(outbox, stem="../../etc/passwd\n" + "y" * 300)
     assert folder.parent == outbox.resolve() / "inbox1"
     assert "\n" not in folder.name and "/" not in folder.name
-    assert len(folder.name.encode()) <= output.MAX_STEM_BYTES
+    assert len(folder.name.encode()) <= outbox_writer.MAX_STEM_BYTES
 
 
 @pytest.mark.parametrize("subdir", ["/abs", "../x", "a/../../b", "a\\..\\b", ".docinbox-tmp"])
@@ -423,7 +426,7 @@ def test_bad_subdir_rejected(tmp_path: Path, subdir: str) -> None:
     with pytest.raises(ValueError):
         write(tmp_path, subdir=subdir)
     with pytest.raises(ValueError):
-        output.move_into(tmp_path / "x", tmp_path / "archive", subdir)
+        originals.move_into(tmp_path / "x", tmp_path / "archive", subdir)
 
 
 def test_empty_subdir_is_root(tmp_path: Path) -> None:
@@ -441,14 +444,14 @@ def test_move_into_never_overwrites(tmp_path: Path) -> None:
         src = tmp_path / "in" / "scan.pdf"
         src.parent.mkdir(exist_ok=True)
         src.write_text(f"v{i}")
-        dests.append(output.move_into(src, archive, "sub"))
+        dests.append(originals.move_into(src, archive, "sub"))
         assert not src.exists()
     assert [d.name for d in dests] == ["scan.pdf", "scan (1).pdf", "scan (2).pdf"]
     assert [d.read_text() for d in dests] == ["v0", "v1", "v2"]
     noext = tmp_path / "README"
     noext.write_text("r")
     (archive / "README").write_text("existing")
-    assert output.move_into(noext, archive, "").name == "README (1)"
+    assert originals.move_into(noext, archive, "").name == "README (1)"
 
 
 def test_move_into_cross_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -466,7 +469,7 @@ def test_move_into_cross_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         REAL_RENAME(s, d)
 
     monkeypatch.setattr(os, "rename", rename)
-    dest = output.move_into(src, archive, "s")
+    dest = originals.move_into(src, archive, "s")
     assert dest.name == "scan (1).pdf"
     assert dest.read_bytes() == b"%PDF-1.7 data"
     assert dest.stat().st_mtime == 1_000_000
@@ -486,7 +489,7 @@ def test_cross_device_copy_failure_keeps_source(
 
     monkeypatch.setattr(os, "rename", rename)
     with pytest.raises(OSError):
-        output.move_into(src, tmp_path / "archive", "")
+        originals.move_into(src, tmp_path / "archive", "")
     assert src.read_bytes() == b"data"
     assert list((tmp_path / "archive").iterdir()) == []  # no temp copy left behind
 
@@ -510,7 +513,7 @@ def test_write_failure_moves_and_writes_error(tmp_path: Path) -> None:
     src.parent.mkdir()
     src.write_text("x")
     failed = tmp_path / "failed"
-    dest = output.write_failure(src, failed, "box", error_dict())
+    dest = originals.write_failure(src, failed, "box", error_dict())
     assert dest == failed / "box" / "secret.pdf"
     assert dest.read_text() == "x" and not src.exists()
     err = json.loads((failed / "box" / "secret.pdf.error.json").read_text(encoding="utf-8"))
@@ -527,7 +530,7 @@ def test_write_failure_when_src_vanished(tmp_path: Path) -> None:
     failed = tmp_path / "failed"
     (failed / "box").mkdir(parents=True)
     (failed / "box" / "gone.pdf.error.json").write_text("earlier failure")
-    path = output.write_failure(src, failed, "box", error_dict(kind=FailureKind.VANISHED))
+    path = originals.write_failure(src, failed, "box", error_dict(kind=FailureKind.VANISHED))
     assert path == failed / "box" / "gone (1).pdf"
     assert not path.exists()
     err = json.loads((failed / "box" / "gone (1).pdf.error.json").read_text())
@@ -542,7 +545,7 @@ def test_failed_name_reserves_sidecar(tmp_path: Path) -> None:
     (failed / "a.pdf.error.json").write_text("orphan record")
     src = tmp_path / "a.pdf"
     src.write_text("x")
-    assert output.write_failure(src, failed, "", error_dict()).name == "a (1).pdf"
+    assert originals.write_failure(src, failed, "", error_dict()).name == "a (1).pdf"
     assert (failed / "a (1).pdf.error.json").exists()
 
 
@@ -555,18 +558,18 @@ def test_every_failure_kind_has_a_hint_naming_real_config_keys() -> None:
         "worker": set(config._WORKER_FIELDS),
         "engine": set(config._ENGINE_FIELDS) | set(config._PAGE_FIELDS),
     }
-    generic = output.hint_for("no-such-kind")
+    generic = errors.hint_for("no-such-kind")
     for kind in FailureKind:
-        hint = output.hint_for(kind)
+        hint = errors.hint_for(kind)
         assert hint and hint != generic, kind
-        assert hint == output.hint_for(kind.value)
+        assert hint == errors.hint_for(kind.value)
         for key in re.findall(r"`([a-z_]+(?:\.[a-z_]+)?):?`", hint):
             head, _, tail = key.partition(".")
             assert head in sections, key
             if tail:
                 assert tail in yaml_keys[head], key
-    assert "<id>" in output.hint_for(FailureKind.ENCRYPTED)
-    assert "retry 5" in output.hint_for("timeout", 5)
+    assert "<id>" in errors.hint_for(FailureKind.ENCRYPTED)
+    assert "retry 5" in errors.hint_for("timeout", 5)
 
 
 # --------------------------------------------------------------------------- logs
@@ -586,20 +589,20 @@ def test_every_failure_kind_has_a_hint_naming_real_config_keys() -> None:
     ],
 )
 def test_safe_display(name: str | bytes, shown: str) -> None:
-    assert output.safe_display(name) == shown
-    assert "\n" not in output.safe_display(name)
+    assert display.safe_display(name) == shown
+    assert "\n" not in display.safe_display(name)
 
 
 def test_safe_display_path() -> None:
-    assert output.safe_display(Path("/in/a\nb.pdf")) == "/in/a\\nb.pdf"
+    assert display.safe_display(Path("/in/a\nb.pdf")) == "/in/a\\nb.pdf"
 
 
 def test_write_error_file_refreshes_in_place(tmp_path: Path) -> None:
     held = tmp_path / "failed" / "a.pdf"
     held.parent.mkdir()
     held.write_text("x")
-    first = output.write_error_file(held, error_dict(attempts=1))
-    second = output.write_error_file(held, error_dict(attempts=2, kind="timeout"))
+    first = originals.write_error_file(held, error_dict(attempts=1))
+    second = originals.write_error_file(held, error_dict(attempts=2, kind="timeout"))
     assert first == second == held.parent / "a.pdf.error.json"
     err = json.loads(second.read_text())
     assert err["attempts"] == 2 and err["kind"] == "timeout" and err["moved_to"] == str(held)
