@@ -16,6 +16,7 @@ import pytest
 
 from daemon import __version__, config, display, durable, errors, originals, publish
 from daemon import outbox as outbox_writer
+from daemon.config_schema import declared
 from daemon.errors import FailureKind
 from daemon.formats import content_list, markdown
 from daemon.page import Block
@@ -554,9 +555,12 @@ def test_every_failure_kind_has_a_hint_naming_real_config_keys() -> None:
     # The keys a user writes in config.yaml (limits.max_file_size), not the field names
     # they are stored under (max_file_bytes).
     yaml_keys = {
-        "limits": set(config._LIMITS_FIELDS),
-        "worker": set(config._WORKER_FIELDS),
-        "engine": set(config._ENGINE_FIELDS) | set(config._PAGE_FIELDS),
+        section: {s.key_for(f.name) for f, s in declared(cls)}
+        for section, cls in (
+            ("limits", config.LimitsConfig),
+            ("worker", config.WorkerConfig),
+            ("engine", config.EngineConfig),
+        )
     }
     generic = errors.hint_for("no-such-kind")
     for kind in FailureKind:
