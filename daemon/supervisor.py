@@ -38,6 +38,21 @@ import psutil
 from daemon.config import Config, page_options_for, parse_page_range
 from daemon.display import safe_display
 from daemon.errors import FailureKind
+from daemon.page import PageOptions
+from daemon.protocol import (
+    DocError,
+    Heartbeat,
+    Inspect,
+    Inspected,
+    PageDone,
+    ParsePage,
+    Progress,
+    Ready,
+    Reply,
+    Request,
+    Stop,
+    Unavailable,
+)
 from daemon.status import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.store import Job, Store, StoreBusy
 
@@ -74,6 +89,7 @@ class Current:
 
     job: Job
     started: float
+    options: PageOptions  # built once per document; sent with every page as it is
     page_count: int | None = None
     page_idx: int | None = None
     page_started: float = 0.0
@@ -99,6 +115,11 @@ def exit_reason(exitcode: int | None) -> str:
 
 
 class Supervisor:
+    # How many of the document's next pages each page request names, so the worker can
+    # prepare them while the current one is in the engine. Engines that parse several
+    # pages at once use up to their own max_pages_in_flight of them.
+    LOOKAHEAD = 8
+
     def __init__(
         self,
         cfg: Config,
@@ -272,7 +293,7 @@ class Supervisor:
         assert self.proc is not None and self.conn is not None
         log.info("stopping worker (%s)", reason)
         with contextlib.suppress(OSError):
-            self.conn.send(("stop",))
+            self.conn.send(Stop())
         self.phase = Phase.STOPPING
         self.phase_deadline = now + self.cfg.worker.shutdown_timeout_seconds
 
@@ -346,75 +367,74 @@ class Supervisor:
                 self.pending = step
             raise
 
-    def _handle(self, now: float, msg: tuple[Any, ...]) -> None:
-        op = msg[0]
-        if op == "heartbeat":
-            self.peak_rss = max(self.peak_rss, int(msg[1]))
-            return
-        if op == "ready":
-            self.engine_info = dict(msg[1])
-            if self.phase == Phase.STARTING:  # a stop sent while it loaded still stands
-                self.phase = Phase.IDLE
-            log.info(
-                "worker ready: engine %s (%s)",
-                self.engine_info.get("name"),
-                self.engine_info.get("model_id") or "no model",
-            )
-            return
-        if op == "unavailable":
-            self._on_unavailable(now, str(msg[1]), str(msg[2]))
-            return
-        cur = self.current
-        if cur is None or int(msg[1]) != cur.job.id:
-            return  # stale answer about a document we gave up on
-        if op == "progress":
-            cur.block = (int(msg[3]), int(msg[4]))
-            cur.stage = str(msg[5])
-        elif op == "inspected":
-            cur.page_count = int(msg[2]["page_count"])
-            self.store.set_page_count(cur.job.id, cur.page_count)
-            done = self.store.done_pages(cur.job.id)
-            wanted: Sequence[int] = range(cur.page_count)
-            pages = self._page_options(cur.job).get("pages")
-            if pages:
-                wanted = parse_page_range(str(pages), cur.page_count)  # validated in config
-            cur.pending = [i for i in wanted if i not in done]
-            if done:
-                log.info(
-                    "job %s: resuming at page %d of %d",
-                    cur.job.id,
-                    min(cur.pending, default=cur.page_count) + 1,
-                    cur.page_count,
-                )
-            self._next_page(now)
-        elif op == "page_done":
-            page_idx, blocks, info, seconds = int(msg[2]), msg[3], msg[4], float(msg[5])
-            self.store.save_page(
-                cur.job.id,
-                page_idx,
-                blocks,
-                info,
-                self.engine_info.get("name", "?"),
-                seconds,
-                self.wall(),
-            )
-            log.info(
-                "job %s: page %d/%s in %.1f s", cur.job.id, page_idx + 1, cur.page_count, seconds
-            )
-            if (
-                cur.pending
-                and not self.stopping
-                and self.rss > self.cfg.worker.max_rss_mb * 1024 * 1024
-            ):
-                # Recycle at a page boundary: the document resumes on the fresh worker.
-                # Only after a page, so a worker that is big from the start still advances.
-                self._interrupt_current(now, "worker recycled (memory)")
-                self._stop_worker(now, reason=f"RSS {self.rss >> 20} MiB over max_rss_mb")
+    def _handle(self, now: float, msg: Reply) -> None:
+        match msg:
+            case Heartbeat(peak_rss=peak):
+                self.peak_rss = max(self.peak_rss, peak)
                 return
-            self._next_page(now)
-        elif op == "doc_error":
-            self._fail_current(str(msg[2]), str(msg[3]))
-            self.phase = Phase.IDLE
+            case Ready(engine=engine):
+                self.engine_info = dataclasses.asdict(engine)
+                if self.phase == Phase.STARTING:  # a stop sent while it loaded still stands
+                    self.phase = Phase.IDLE
+                log.info(
+                    "worker ready: engine %s (%s)", engine.name, engine.model_id or "no model"
+                )
+                return
+            case Unavailable(message=message, hint=hint):
+                self._on_unavailable(now, message, hint)
+                return
+        cur = self.current
+        if cur is None or msg.job_id != cur.job.id:
+            return  # stale answer about a document we gave up on
+        match msg:
+            case Progress(done=done, total=total, what=what):
+                cur.block = (done, total)
+                cur.stage = what
+            case Inspected(page_count=page_count):
+                cur.page_count = page_count
+                self.store.set_page_count(cur.job.id, page_count)
+                done_pages = self.store.done_pages(cur.job.id)
+                wanted: Sequence[int] = range(page_count)
+                pages = cur.options.pages
+                if pages:
+                    wanted = parse_page_range(pages, page_count)  # validated in config
+                cur.pending = [i for i in wanted if i not in done_pages]
+                if done_pages:
+                    log.info(
+                        "job %s: resuming at page %d of %d",
+                        cur.job.id,
+                        min(cur.pending, default=page_count) + 1,
+                        page_count,
+                    )
+                self._next_page(now)
+            case PageDone(page_idx=page_idx, blocks=blocks, info=info, seconds=seconds):
+                self.store.save_page(
+                    cur.job.id,
+                    page_idx,
+                    [b.to_dict() for b in blocks],
+                    info,
+                    self.engine_info.get("name", "?"),
+                    seconds,
+                    self.wall(),
+                )
+                log.info(
+                    "job %s: page %d/%s in %.1f s",
+                    cur.job.id, page_idx + 1, cur.page_count, seconds,
+                )
+                if (
+                    cur.pending
+                    and not self.stopping
+                    and self.rss > self.cfg.worker.max_rss_mb * 1024 * 1024
+                ):
+                    # Recycle at a page boundary: the document resumes on the fresh worker.
+                    # Only after a page, so a worker that is big from the start advances.
+                    self._interrupt_current(now, "worker recycled (memory)")
+                    self._stop_worker(now, reason=f"RSS {self.rss >> 20} MiB over max_rss_mb")
+                    return
+                self._next_page(now)
+            case DocError(kind=kind, message=message):
+                self._fail_current(kind, message)
+                self.phase = Phase.IDLE
 
     def _on_unavailable(self, now: float, message: str, hint: str) -> None:
         fb = self.cfg.engine.fallback_engine
@@ -444,12 +464,12 @@ class Supervisor:
         if job is None:
             return
         job = self.store.start_job(job.id, self.wall(), self.engine_info.get("name", "?"))
-        self.current = Current(job=job, started=now)
+        self.current = Current(job=job, started=now, options=self._page_options(job))
         self.phase = Phase.BUSY
         self.phase_deadline = now + self.cfg.limits.page_timeout_seconds
         log.info("job %s: started %s (attempt %d)", job.id, safe_display(job.source_path),
                  job.attempts)
-        self._send(("inspect", job.id, job.read_path))
+        self._send(Inspect(job.id, job.read_path))
 
     def _next_page(self, now: float) -> None:
         cur = self.current
@@ -471,14 +491,21 @@ class Supervisor:
             now + self.cfg.limits.page_timeout_seconds,
             cur.started + self.cfg.limits.document_timeout_seconds,
         )
-        payload = self._page_options(cur.job)
-        self._send(("page", cur.job.id, cur.job.read_path, cur.page_idx, payload))
+        self._send(
+            ParsePage(
+                cur.job.id,
+                cur.job.read_path,
+                cur.page_idx,
+                cur.options,
+                lookahead=tuple(cur.pending[: self.LOOKAHEAD]),
+            )
+        )
 
-    def _page_options(self, job: Job) -> dict[str, Any]:
+    def _page_options(self, job: Job) -> PageOptions:
         inbox = next((i for i in self.cfg.inboxes if str(i.path) == job.inbox), None)
-        return dataclasses.asdict(page_options_for(self.cfg, inbox))
+        return page_options_for(self.cfg, inbox)
 
-    def _send(self, msg: tuple[Any, ...]) -> None:
+    def _send(self, msg: Request) -> None:
         assert self.conn is not None
         # A dead worker makes this raise; _check_health handles the death on this tick.
         with contextlib.suppress(OSError):

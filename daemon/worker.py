@@ -6,21 +6,7 @@ only ever imported here. It never touches the database or the outbox; it answers
 pipe and the supervisor records everything. If it dies (segfault, OOM kill, deadline kill)
 nothing is lost but the page in progress.
 
-Protocol (tuples over a multiprocessing Connection):
-
-supervisor -> worker
-    ("inspect", job_id, path)                   open/validate, count pages
-    ("page", job_id, path, page_idx, options)   render + parse one page
-    ("stop",)                                   exit cleanly
-
-worker -> supervisor
-    ("ready", EngineInfo-as-dict)
-    ("unavailable", message, hint)              engine cannot load here; worker exits
-    ("heartbeat", peak_rss_bytes)
-    ("inspected", job_id, {"kind", "format", "page_count"})
-    ("progress", job_id, page_idx, done, total, what)
-    ("page_done", job_id, page_idx, [block dicts], info, seconds)
-    ("doc_error", job_id, kind, message)
+The messages it exchanges with the supervisor are in daemon/protocol.py.
 """
 
 from __future__ import annotations
@@ -34,13 +20,26 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from daemon.config import Config
 from daemon.errors import DocumentError, EngineUnavailable, FailureKind
+from daemon.protocol import (
+    DocError,
+    Heartbeat,
+    Inspect,
+    Inspected,
+    PageDone,
+    ParsePage,
+    Progress,
+    Ready,
+    Reply,
+    Request,
+    Stop,
+    Unavailable,
+)
 
 log = logging.getLogger("docinbox.worker")
 
@@ -60,7 +59,7 @@ class _Channel:
         self.conn = conn
         self.lock = threading.Lock()
 
-    def send(self, msg: tuple[Any, ...]) -> None:
+    def send(self, msg: Reply) -> None:
         with self.lock:
             self.conn.send(msg)
 
@@ -70,7 +69,7 @@ def _heartbeat(chan: _Channel, interval: float, stop: threading.Event) -> None:
     # A hung engine still heartbeats: per-page deadlines catch that case.
     while not stop.wait(interval):
         try:
-            chan.send(("heartbeat", peak_rss_bytes()))
+            chan.send(Heartbeat(peak_rss_bytes()))
         except (BrokenPipeError, OSError):
             return
 
@@ -128,7 +127,7 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
         engine = create_engine(engine_name, cfg.engine)
         info = engine.load()
     except EngineUnavailable as exc:
-        chan.send(("unavailable", exc.message, exc.hint))
+        chan.send(Unavailable(exc.message, exc.hint))
         return
     except Exception as exc:  # a broken install must be reported, not crash-looped silently
         # One sentence in the log (the supervisor repeats it with the fallback it takes);
@@ -136,62 +135,51 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
         log.error("engine %s failed to load: %s: %s", engine_name, type(exc).__name__, exc)
         log.debug("engine %s load traceback", engine_name, exc_info=True)
         chan.send(
-            (
-                "unavailable",
+            Unavailable(
                 f"{type(exc).__name__}: {exc}",
                 "reinstall docinbox (bash scripts/setup.sh); set logging.level: DEBUG to see "
                 "the traceback",
             )
         )
         return
-    chan.send(("ready", asdict(info)))
+    chan.send(Ready(info))
 
     docs: dict[int, sniff.DocumentInfo] = {}
     while True:
         try:
-            msg = conn.recv()
+            msg: Request = conn.recv()
         except (EOFError, OSError):
             return  # the daemon is gone: nothing to report to
-        op = msg[0]
-        if op == "stop":
+        if isinstance(msg, Stop):
             engine.close()
             return
-        job_id = int(msg[1])
-        path = Path(msg[2])
         try:
-            if op == "inspect":
-                docs.clear()  # one document at a time: forget the previous one's password
-                doc = _inspect(sniff, path, cfg)
-                docs[job_id] = doc
-                chan.send(
-                    (
-                        "inspected",
-                        job_id,
-                        {"kind": doc.kind, "format": doc.format, "page_count": doc.page_count},
-                    )
-                )
-            elif op == "page":
-                doc = docs.get(job_id) or _inspect(sniff, path, cfg)
-                docs[job_id] = doc
-                _page(chan, engine, raster, cfg, job_id, path, doc, int(msg[3]), dict(msg[4]))
-            else:
-                log.error("unknown request %r", op)
+            match msg:
+                case Inspect(job_id=job_id, path=path):
+                    docs.clear()  # one document at a time: forget the previous one's password
+                    doc = _inspect(sniff, Path(path), cfg)
+                    docs[job_id] = doc
+                    chan.send(Inspected(job_id, doc.kind, doc.format, doc.page_count))
+                case ParsePage(job_id=job_id, path=path):
+                    doc = docs.get(job_id) or _inspect(sniff, Path(path), cfg)
+                    docs[job_id] = doc
+                    _page(chan, engine, raster, cfg, msg, doc)
+                case _:
+                    log.error("unknown request %r", msg)
         except DocumentError as exc:
-            chan.send(("doc_error", job_id, exc.kind.value, exc.message))
+            chan.send(DocError(msg.job_id, exc.kind.value, exc.message))
         except FileNotFoundError:
             chan.send(
-                (
-                    "doc_error",
-                    job_id,
+                DocError(
+                    msg.job_id,
                     FailureKind.VANISHED.value,
                     "the file disappeared from the inbox before it was processed",
                 )
             )
         except MemoryError:
             chan.send(
-                (
-                    "doc_error",
-                    job_id,
+                DocError(
+                    msg.job_id,
                     FailureKind.ENGINE.value,
                     "ran out of memory on this page; lower engine.dpi or limits.max_image_pixels",
                 )
@@ -201,14 +189,10 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
             # document's failure with the last frame, which is what a bug report needs.
             tb = traceback.extract_tb(exc.__traceback__)
             where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
-            log.exception("engine error on job %s", job_id)
+            log.exception("engine error on job %s", msg.job_id)
             chan.send(
-                (
-                    "doc_error",
-                    job_id,
-                    FailureKind.ENGINE.value,
-                    f"{type(exc).__name__}: {exc}{where}",
-                )
+                DocError(msg.job_id, FailureKind.ENGINE.value,
+                         f"{type(exc).__name__}: {exc}{where}")
             )
 
 
@@ -223,40 +207,29 @@ class _Progress:
         t = time.monotonic()
         if t - self.last >= PROGRESS_INTERVAL or done == total:
             self.last = t
-            self.chan.send(("progress", self.job_id, self.page_idx, done, total, what))
+            self.chan.send(Progress(self.job_id, self.page_idx, done, total, what))
 
 
 def _page(
-    chan: _Channel,
-    engine: Any,
-    raster: Any,
-    cfg: Config,
-    job_id: int,
-    path: Path,
-    doc: Any,
-    page_idx: int,
-    opts: dict[str, Any],
+    chan: _Channel, engine: Any, raster: Any, cfg: Config, req: ParsePage, doc: Any
 ) -> None:
-    from daemon.page import PageOptions
-
     t0 = time.monotonic()
-    # The supervisor sends the complete options (config.page_options_for) as a dict.
-    options = PageOptions(**opts)
+    options = req.options  # complete as it came: config.page_options_for built it
     page = raster.render_page(
-        path,
+        Path(req.path),
         doc,
-        page_idx,
+        req.page_idx,
         dpi=options.dpi,
         max_long_side=options.max_long_side,
         max_image_pixels=cfg.limits.max_image_pixels,
     )
-    result = engine.parse_page(page, options, _Progress(chan, job_id, page_idx))
+    result = engine.parse_page(page, options, _Progress(chan, req.job_id, req.page_idx))
     seconds = time.monotonic() - t0
     info = dict(result.info)
     info.setdefault("width", page.image.width)
     info.setdefault("height", page.image.height)
     info.setdefault("dpi", page.dpi)
-    chan.send(("page_done", job_id, page_idx, [b.to_dict() for b in result.blocks], info, seconds))
+    chan.send(PageDone(req.job_id, req.page_idx, tuple(result.blocks), info, seconds))
 
 
 def _inspect(sniff: Any, path: Path, cfg: Config) -> Any:
