@@ -19,12 +19,14 @@ import pytest
 
 from daemon.config import Config, load_config
 from daemon.ingest import Ingestor
+from daemon.protocol import Inspect, ParsePage, Request
 from daemon.publish import Publisher
-from daemon.states import JobState
+from daemon.states import TERMINAL, JobState
 from daemon.store import Store, StoreBusy
 from daemon.supervisor import Phase, Supervisor, exit_reason
 from tests.conftest import write_config
 from tests.docgen import make_text_pdf
+from tests.fakeworker import FakeContext, FakeWorker
 
 
 class Clock:
@@ -317,3 +319,206 @@ def test_a_state_folder_open_to_others_is_made_private_at_start(tmp_path: Path) 
     state.chmod(0o755)
     tighten_state_dir(state)
     assert state.stat().st_mode & 0o777 == 0o700
+
+
+# ------------------------------------------------------------------ stopping, every way
+
+
+class FlakyPublisher(Publisher):
+    """The real publisher, made to fail completion on demand."""
+
+    fail_with: BaseException | None = None
+
+    def complete(self, job: Any, engine: dict[str, Any]) -> str:
+        if self.fail_with is not None:
+            raise self.fail_with
+        return super().complete(job, engine)
+
+
+class Bench:
+    """A supervisor on a real store and publisher, against a worker the test answers for.
+
+    `step` is what `Daemon.loop` does with the supervisor: tick, and an exception that is
+    not a busy database fails the document in progress (`internal_error`).
+    """
+
+    def __init__(self, tmp_path: Path, pages: dict[int, int], hold: Callable[[Request], bool],
+                 **overrides: Any) -> None:
+        worker = {"heartbeat_timeout_seconds": 10_000, **overrides.pop("worker", {})}
+        self.cfg = load_config(write_config(tmp_path, worker=worker, **overrides))
+        from daemon.config import check_paths
+
+        assert check_paths(self.cfg) == []
+        self.store = Store(self.cfg.db_path)
+        self.clock = Clock()
+        self.publisher = FlakyPublisher(self.cfg, self.store, self.clock)
+        self.pages = pages
+        self.hold = hold
+        self.restart()
+
+    def restart(self) -> None:
+        """A fresh supervisor on the same store, as after the daemon's next start."""
+        self.ctx = FakeContext(lambda job_id: self.pages.get(job_id, 1), self.hold)
+        self.sup = Supervisor(self.cfg, self.store, self.publisher, wall=self.clock,
+                              context=self.ctx)
+
+    @property
+    def worker(self) -> FakeWorker:
+        return self.ctx.worker
+
+    def step(self) -> None:
+        try:
+            self.sup.tick(self.clock.now)
+        except StoreBusy:
+            pass
+        except Exception as exc:
+            self.sup.internal_error(self.clock.now, exc)
+        for w in self.ctx.workers:
+            w.serve()
+
+    def step_until(self, cond: Callable[[], bool], ticks: int = 50) -> None:
+        for _ in range(ticks):
+            if cond():
+                return
+            self.step()
+        raise AssertionError(f"gave up; phase={self.sup.phase}")
+
+    def settle_stop(self, hangs: Request) -> None:
+        """Tick until stopped: the supervisor must get there within one tick of the worker
+        exiting, and must tell the worker to exit without any real time passing. Requests
+        other than the hanging page are answered as a healthy worker would."""
+        for _ in range(6):
+            if self.sup.stopped:
+                return
+            self.step()
+            for w in self.ctx.workers:
+                for msg in [m for m in w.held if m is not hangs and w.alive]:
+                    w.held.remove(msg)
+                    w.answer(msg)
+            if self.ctx.workers and not self.worker.alive and not self.sup.stopped:
+                self.sup.tick(self.clock.now)
+                assert self.sup.stopped, f"worker exited, supervisor still {self.sup.phase}"
+                return
+        assert self.sup.stopped, f"not stopped; phase={self.sup.phase}"
+
+
+def _end_done(b: Bench, req: Request) -> None:
+    b.worker.answer(req)
+
+
+def _end_failed_by_worker(b: Bench, req: Request) -> None:
+    b.worker.fail(req, "corrupt", "the PDF is damaged on page 2")
+
+
+def _end_failed_by_supervisor(b: Bench, req: Request) -> None:
+    b.publisher.fail_with = RuntimeError("a bug in completing it")
+    b.worker.answer(req)
+
+
+def _end_vanished(b: Bench, req: Request) -> None:
+    assert isinstance(req, ParsePage)
+    Path(req.path).unlink()
+    b.worker.fail(req, "vanished", "the file disappeared from the inbox")
+
+
+def _end_output_wait(b: Bench, req: Request) -> None:
+    import errno
+
+    b.publisher.fail_with = OSError(errno.ENOSPC, "No space left on device")
+    b.worker.answer(req)
+
+
+def _end_deadline_kill(b: Bench, req: Request) -> None:
+    b.clock.now += b.cfg.limits.page_timeout_seconds + 1  # the page never answers
+
+
+def _end_crash(b: Bench, req: Request) -> None:
+    b.worker.exit(77)
+
+
+ENDINGS: dict[str, Callable[[Bench, Request], None]] = {
+    "done": _end_done,
+    "failed_by_worker": _end_failed_by_worker,
+    "failed_by_supervisor": _end_failed_by_supervisor,
+    "vanished": _end_vanished,
+    "output_wait": _end_output_wait,
+    "deadline_kill": _end_deadline_kill,
+    "crash": _end_crash,
+}
+
+# The first document's state after the stop: (state, error_kind, pages kept, crashes).
+# A page the stop interrupted is not kept and is asked for again on the next start.
+EXPECTED: dict[str, tuple[JobState, str | None, int, int]] = {
+    "done": (JobState.DONE, None, 2, 0),
+    "failed_by_worker": (JobState.FAILED, "corrupt", 1, 0),
+    "failed_by_supervisor": (JobState.FAILED, "engine_error", 2, 0),
+    "vanished": (JobState.FAILED, "vanished", 1, 0),
+    "output_wait": (JobState.QUEUED, "output_error", 2, 0),
+    "deadline_kill": (JobState.QUEUED, None, 1, 0),  # stopping: requeued, not failed
+    "crash": (JobState.QUEUED, "crashed", 1, 1),
+}
+
+
+@pytest.mark.parametrize("when", ["before", "during", "after"])
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_sigterm_stops_the_worker_however_the_document_ends(
+    tmp_path: Path, ending: str, when: str
+) -> None:
+    """SIGTERM before the document's last page answers (a tick passes while stopping),
+    during (the answer is already on the pipe), or after it (the next document has been
+    taken): the supervisor stops, the job's state is right, and the next start finishes
+    the queue without asking for a page twice."""
+    pages: dict[int, int] = {}
+
+    def hold(msg: Request) -> bool:  # `a`'s last page, and all of `b`
+        if isinstance(msg, ParsePage) and msg.job_id == a and msg.page_idx == 1:
+            return True
+        return isinstance(msg, Inspect | ParsePage) and msg.job_id == b_id
+
+    bench = Bench(tmp_path, pages, hold)
+    cfg, store, clock = bench.cfg, bench.store, bench.clock
+    a = queue_pdf(cfg, store, clock, "a.pdf", pages=2)
+    b_id = queue_pdf(cfg, store, clock, "b.pdf")
+    pages.update({a: 2, b_id: 1})
+    bench.step_until(lambda: bool(bench.ctx.workers and bench.worker.held))
+    req = bench.worker.take()  # page 2 of `a` is in the engine
+    assert store.job(a).pages_done == 1
+
+    if when == "before":
+        bench.sup.request_stop(clock.now)
+        bench.step()
+        assert not bench.sup.stopped  # a page is in flight: it may finish
+        ENDINGS[ending](bench, req)
+    elif when == "during":
+        ENDINGS[ending](bench, req)
+        bench.sup.request_stop(clock.now)
+    else:
+        ENDINGS[ending](bench, req)
+        bench.step()
+        bench.step()  # the next document is taken (or the worker restarts)
+        bench.sup.request_stop(clock.now)
+    bench.settle_stop(hangs=req)
+
+    state, kind, kept, crashes = EXPECTED[ending]
+    if ending == "deadline_kill" and when == "after":
+        state, kind = JobState.FAILED, "timeout"  # the deadline passed before the stop
+    job = store.job(a)
+    assert (job.state, job.error_kind, job.pages_done, job.crashes) == (
+        state, kind, kept, crashes), job
+    other = store.job(b_id)
+    assert other.state == JobState.QUEUED and other.pages_done == 0
+    assert not [j for j in store.jobs() if j.state == JobState.RUNNING]
+
+    # The next start: everything left in the queue completes, each page asked for once.
+    bench.publisher.fail_with = None
+    bench.hold = lambda msg: False
+    bench.restart()
+    clock.now += 3600  # past any retry back-off
+    bench.step_until(lambda: all(j.state in TERMINAL for j in store.jobs()))
+    asked = bench.worker.page_requests(a)
+    if state == JobState.QUEUED:
+        assert store.job(a).state == JobState.DONE
+        assert asked == list(range(kept, 2)), asked  # resumes at the first missing page
+    else:
+        assert store.job(a).state == state and asked == []  # finished is finished
+    assert bench.worker.page_requests(b_id) == [0]
