@@ -1,4 +1,5 @@
-"""Tests for daemon.watcher: name rules, observer choice, stability, scans, observers.
+"""Tests for inbox watching: name rules (daemon/ignore.py), observer choice (mounts.py),
+stability (stability.py), observers (observers.py) and scans (watcher.py).
 
 Time is always injected (`tick(now)` with made-up monotonic seconds); nothing sleeps.
 The one test that starts a real inotify observer waits for its hint with a timeout.
@@ -30,25 +31,25 @@ from watchdog.events import (
 )
 
 from daemon.config import InboxConfig, WatchMode
-from daemon.watcher import (
-    FileStabilityTracker,
-    MountEntry,
-    ObserverKind,
-    ObserverLike,
-    StatSignature,
-    Watcher,
-    choose_observer_kind,
-    find_mount,
+from daemon.ignore import (
     is_candidate,
     is_candidate_name,
     is_ignored_dir_name,
     is_ignored_file_name,
-    is_network_fstype,
     is_rsync_temp_name,
     matches_patterns,
-    parse_mountinfo,
-    reports_close_write,
 )
+from daemon.mounts import (
+    MountEntry,
+    ObserverKind,
+    choose_observer_kind,
+    find_mount,
+    is_network_fstype,
+    parse_mountinfo,
+)
+from daemon.observers import ObserverLike, reports_close_write
+from daemon.stability import FileStabilityTracker, StatSignature
+from daemon.watcher import Watcher
 
 STABLE = 5.0
 
