@@ -77,7 +77,7 @@ __all__ = [
 WatchMode = Literal["auto", "events", "poll"]
 AfterSuccess = Literal["archive", "delete", "keep"]
 OnDuplicate = Literal["move", "delete", "keep"]
-Precision = Literal["auto", "fp32", "bf16", "mixed", "int8"]
+Precision = Literal["auto", "fp32", "bf16", "mixed", "int8", "bf16-int8"]
 TextLayer = Literal["auto", "off"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
@@ -214,7 +214,14 @@ class EngineConfig:
     precision: Precision = setting(
         default="auto",
         choices=get_args(Precision),
-        doc="`auto`, `fp32`, `bf16`, `mixed` or `int8` (see below)",
+        doc="`auto`, `fp32`, `bf16`, `mixed`, `int8` or `bf16-int8` (see below)",
+    )
+    # 8: decoding 8 rows costs little more per step than 1 (memory-bound), while larger
+    # batches mostly add padding on a page's ~20 blocks (docs/benchmarks.md).
+    batch_size: int = setting(
+        default=8,
+        parse=p_int(1, 64, "blocks per generate() call"),
+        doc="mineru, transformers: a page's blocks recognised together per generate() call",
     )
     text_layer: TextLayer = setting(
         default="auto",

@@ -253,7 +253,7 @@ def test_join_text_lines() -> None:
     assert join_text_lines("") == ""
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "mixed", "int8", "auto"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "mixed", "int8", "bf16-int8", "auto"])
 def test_tiny_model_runs_every_stage_in_each_precision(
     tiny_model: Path, precision: Precision
 ) -> None:
@@ -263,9 +263,11 @@ def test_tiny_model_runs_every_stage_in_each_precision(
         expected = auto_precision() if precision == "auto" else precision
         assert (info.name, info.model_id, info.precision) == ("mineru", str(tiny_model), expected)
         assert info.details["threads"] >= 1
-        assert info.details["dtype_vision"] == ("bfloat16" if expected == "bf16" else "float32")
+        bf16_vision = expected in ("bf16", "bf16-int8")
+        assert info.details["dtype_vision"] == ("bfloat16" if bf16_vision else "float32")
         assert info.details["dtype_decoder"] == {
-            "fp32": "float32", "bf16": "bfloat16", "mixed": "bfloat16", "int8": "qint8-dynamic"
+            "fp32": "float32", "bf16": "bfloat16", "mixed": "bfloat16", "int8": "qint8-dynamic",
+            "bf16-int8": "qint8-dynamic",
         }[expected]  # fmt: skip
 
         progress = Progress()
@@ -352,15 +354,16 @@ def test_missing_weights_offline_fail_fast_with_the_pull_hint(
 
 
 def test_auto_precision_follows_cpu_flags() -> None:
-    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16"
-    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16"
-    assert auto_precision({"avx2", "fma"}, env={}) == "mixed"
-    assert auto_precision(set(), env={}) == "mixed"
-    # torch capped below native bf16 emulates it: then mixed, whatever the CPU has
+    # bf16 vision where the CPU computes bf16 natively, fp32 vision elsewhere; int8 decoder.
+    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16-int8"
+    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16-int8"
+    assert auto_precision({"avx2", "fma"}, env={}) == "int8"
+    assert auto_precision(set(), env={}) == "int8"
+    # torch capped below native bf16 emulates it: then fp32 vision, whatever the CPU has
     amx = {"avx2", "avx512_bf16", "amx_bf16"}
-    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "mixed"
-    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "mixed"
-    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16"
+    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "int8"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "int8"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16-int8"
 
 
 def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) -> None:
@@ -418,7 +421,8 @@ def test_a_tied_checkpoint_without_lm_head_loads_with_the_embeddings_as_head(
 @pytest.mark.parametrize(
     ("precision", "vision", "decoder"),
     [("fp32", "float32", "float32"), ("mixed", "float32", "bfloat16"),
-     ("int8", "float32", "qint8-dynamic"), ("bf16", "bfloat16", "bfloat16")],
+     ("int8", "float32", "qint8-dynamic"), ("bf16", "bfloat16", "bfloat16"),
+     ("bf16-int8", "bfloat16", "qint8-dynamic")],
 )
 def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
     tiny_model: Path, tmp_path: Path, precision: str, vision: str, decoder: str

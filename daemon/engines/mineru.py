@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from daemon.engines.mineru_generate import (
-    DEFAULT_BATCH_SIZE,
     BatchedGenerator,
     GenRequest,
     Prediction,
@@ -502,7 +501,7 @@ class MinerUEngine:
 
     @property
     def batch_size(self) -> int:
-        return DEFAULT_BATCH_SIZE
+        return self.config.batch_size
 
     def _predict(self, image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
         # The same generate() path as the blocks (a batch of one), so layout and blocks

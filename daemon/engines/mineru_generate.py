@@ -28,9 +28,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Default rows per generate() call. Measured on the real-shape model (docs/benchmarks.md):
-# decode time per step grows slowly with the batch while prefill padding grows with it.
-DEFAULT_BATCH_SIZE = 8
 # Upper bound on the padded prompt tokens of one batch (rows x longest prompt): bounds the
 # prefill's activation and attention memory when several large table crops meet.
 MAX_BATCH_PROMPT_TOKENS = 8192

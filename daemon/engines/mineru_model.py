@@ -21,8 +21,15 @@ Precisions (config `engine.precision`), and what each costs:
   run time). Smallest decoder and fast int8 GEMMs on AVX2/VNNI. Accuracy is UNVERIFIED on the
   real weights (no hub access while this was written): dynamic int8 on a 0.5B-class decoder
   usually costs a little accuracy, and OCR is sensitive to single-token flips (digits,
-  table structure tokens). Measure before making it a default.
-- ``auto``: ``bf16`` when /proc/cpuinfo shows avx512_bf16 or amx_bf16, otherwise ``mixed``.
+  table structure tokens). docs/benchmarks.md reports greedy-token agreement with fp32 on
+  a random tiny model, which says nothing about the real weights.
+- ``bf16-int8``: vision tower in bf16, decoder int8 as above. Each part gets the dtype that
+  is fastest for it on a CPU with native bf16 (AVX512_BF16/AMX): the vision tower is
+  compute-bound (bf16 on AMX ~3x faster than fp32), decoding is memory-bound (int8 weights
+  are half of bf16's bytes per token). The merger's output is cast to fp32 for the decoder.
+- ``auto``: the combination measured fastest for this CPU class (docs/benchmarks.md):
+  ``bf16-int8`` where bf16 is native, ``int8`` elsewhere (AVX2: bf16 is emulated there and
+  its vision tower ~4x slower than fp32). torch's ISA caps count as "not native".
 """
 
 from __future__ import annotations
@@ -43,7 +50,10 @@ from daemon.errors import EngineUnavailable
 
 DEFAULT_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
 PULL_HINT = "docinbox model pull"
-PRECISIONS = ("auto", "fp32", "bf16", "mixed", "int8")
+PRECISIONS = ("auto", "fp32", "bf16", "mixed", "int8", "bf16-int8")
+# Precisions whose vision tower runs in bf16, and whose decoder is dynamic int8.
+_BF16_VISION = ("bf16", "bf16-int8")
+_INT8_DECODER = ("int8", "bf16-int8")
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -63,7 +73,7 @@ class LoadedModel:
     model: Any  # Qwen2VLForConditionalGeneration
     processor: Any  # ImageOnlyQwen2VLProcessor
     weights: ResolvedWeights
-    precision: str  # effective: fp32 | bf16 | mixed | int8
+    precision: str  # effective: fp32 | bf16 | mixed | int8 | bf16-int8
     threads: int
     dtype_vision: str
     dtype_decoder: str
@@ -165,24 +175,34 @@ _ATEN_NO_BF16 = {"default", "avx2"}
 _ONEDNN_NO_BF16 = {"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"}
 
 
-def auto_precision(
+def native_bf16(
     flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
-) -> str:
-    """bf16 everywhere only where the CPU computes bf16 natively; else `mixed`.
+) -> bool:
+    """Whether torch computes bf16 natively here (AVX512_BF16 or AMX, and not capped).
 
-    torch's ISA caps count too: with ATEN_CPU_CAPABILITY=avx2 or ONEDNN_MAX_CPU_ISA=AVX2
-    (set by a user to work around a kernel bug, or to reproduce an AVX2 box) torch
-    emulates bf16 even on an AMX CPU, and bf16 is then the slowest choice.
+    torch's ISA caps count: with ATEN_CPU_CAPABILITY=avx2 or ONEDNN_MAX_CPU_ISA=AVX2 (set by
+    a user to work around a kernel bug, or to reproduce an AVX2 box) torch emulates bf16
+    even on an AMX CPU, and bf16 is then the slowest choice.
     """
     flags = cpu_flags() if flags is None else flags
     env = os.environ if env is None else env
     if env.get("ATEN_CPU_CAPABILITY", "").lower() in _ATEN_NO_BF16:
-        return "mixed"
+        return False
     if env.get("ONEDNN_MAX_CPU_ISA", "").lower() in _ONEDNN_NO_BF16:
-        return "mixed"
-    if {"avx512_bf16", "amx_bf16"} & flags:
-        return "bf16"
-    return "mixed"
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & flags)
+
+
+def auto_precision(
+    flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
+) -> str:
+    """The fastest measured combination for this CPU class (docs/benchmarks.md).
+
+    The decoder is int8 on both classes: decoding is memory-bound and int8 reads half the
+    bytes of bf16 per token (the largest share of a real page's time). The vision tower is
+    compute-bound: bf16 where the CPU has bf16 units, fp32 where bf16 would be emulated.
+    """
+    return "bf16-int8" if native_bf16(flags, env) else "int8"
 
 
 def load_processor(folder: Path) -> Any:
@@ -293,19 +313,20 @@ def load_model(
             ),
         ) from exc
     qwen.eval()
-    if load_dtype == torch.bfloat16 and effective != "bf16":
-        # Up-cast part by part so that as little as possible is held twice (the bf16
-        # source stays mapped until loading ends). int8 quantises the decoder BEFORE the
-        # vision tower grows to fp32: quantize_dynamic wants fp32 Linear weights, and the
-        # fp32 decoder is short-lived that way (see docs/benchmarks.md for the load peaks).
-        if effective in ("fp32", "int8"):
-            cast_in_chunks(qwen.model.language_model, torch.float32)
-            cast_in_chunks(qwen.lm_head, torch.float32)
-        if effective == "int8":
-            apply_precision(qwen, "int8")
-            gc.collect()
-        cast_in_chunks(qwen.model.visual, torch.float32)
+    # Cast part by part so that as little as possible is held twice (the checkpoint stays
+    # mapped until loading ends). int8 quantises the decoder BEFORE the vision tower grows
+    # to fp32: quantize_dynamic wants fp32 Linear weights, and the fp32 decoder is
+    # short-lived that way (see docs/benchmarks.md for the load peaks).
+    if load_dtype == torch.bfloat16 and effective in ("fp32", *_INT8_DECODER):
+        cast_in_chunks(qwen.model.language_model, torch.float32)
+        cast_in_chunks(qwen.lm_head, torch.float32)
+    if effective in _INT8_DECODER:
+        apply_precision(qwen, effective)
         gc.collect()
+    vision_dtype = torch.bfloat16 if effective in _BF16_VISION else torch.float32
+    if qwen.model.visual.dtype != vision_dtype:
+        cast_in_chunks(qwen.model.visual, vision_dtype)
+    gc.collect()
 
     dtype_vision, dtype_decoder = apply_precision(qwen, effective)
     return LoadedModel(
@@ -420,9 +441,10 @@ def apply_precision(qwen: Any, precision: str) -> tuple[str, str]:
         qwen.lm_head.to(torch.bfloat16)  # tied with embed_tokens: same Parameter, one cast
         _cast_vision_output(qwen, torch.bfloat16)
         return "float32", "bfloat16"
-    if precision == "int8":
+    if precision in _INT8_DECODER:
+        vision = "bfloat16" if precision in _BF16_VISION else "float32"
         if not any(type(m) is nn.Linear for m in language_model.modules()):
-            return "float32", "qint8-dynamic"  # already quantised during loading
+            return vision, "qint8-dynamic"  # already quantised during loading
         try:
             from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
             from torch.ao.quantization import per_channel_dynamic_qconfig
@@ -454,7 +476,10 @@ def apply_precision(qwen: Any, precision: str) -> tuple[str, str]:
         remaining = [n for n, m in language_model.named_modules() if type(m) is nn.Linear]
         if remaining:  # would silently run fp32; better to know
             raise RuntimeError(f"int8: decoder layers left unquantised: {remaining[:3]}")
-        return "float32", "qint8-dynamic"
+        if precision in _BF16_VISION:
+            # Dynamic int8 linears take fp32 activations: hand them fp32 image features.
+            _cast_vision_output(qwen, torch.float32)
+        return vision, "qint8-dynamic"
     raise ValueError(f"unknown precision {precision!r}")
 
 
