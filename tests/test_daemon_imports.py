@@ -16,8 +16,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_config
-from docgen import make_text_image
+
+from tests.conftest import REPO, write_config
+from tests.docgen import make_text_image
 
 pytestmark = pytest.mark.integration
 

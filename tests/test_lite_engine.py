@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docgen
 import pytest
 
 from daemon import raster, sniff
@@ -28,6 +27,7 @@ from daemon.page import (
     PageResult,
     no_progress,
 )
+from tests import docgen
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 

@@ -11,7 +11,6 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import docgen
 import pytest
 from PIL import Image
 
@@ -20,6 +19,7 @@ from daemon.config import LimitsConfig
 from daemon.errors import DocumentError, FailureKind
 from daemon.sniff import DocumentInfo
 from daemon.textlayer import TextLine
+from tests import docgen
 
 LIMITS = LimitsConfig()
 HAVE_POPPLER = shutil.which("pdftoppm") is not None
