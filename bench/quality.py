@@ -1,0 +1,267 @@
+"""Character error rate and speed of the `lite` engine on the corpus pages with ground truth.
+
+    python bench/quality.py [--corpus ../shared/corpus] [--json out.json]
+    python bench/quality.py --orientation-study      # ocr vs tiles orientation detectors
+
+Order-sensitive CER: Levenshtein distance between the engine's Markdown and the ground truth,
+divided by the ground truth's length, after both are reduced to their words (Markdown marks,
+table pipes, image placeholders and line breaks removed, whitespace collapsed). A page read
+in the wrong order pays for every moved character twice, so reading order counts.
+
+The ground truth (`groundtruth/` in the corpus) is another converter's output, not human
+checked. Where it covers more pages than the file has (the 2-page TIFF of a 9-page paper),
+the engine's text is compared with the prefix of the ground truth that fits it best.
+
+The study rotates every scanned corpus page with ground truth, plus the born-digital ones
+rendered as images, by 0/90/180/270 degrees and reports how often each detector finds the
+turn, and its time per page. The figures are in docs/quality.md.
+
+Runs against whatever `daemon` package is first on sys.path, so the same script measures an
+older checkout: `PYTHONPATH=/path/to/old/checkout python bench/quality.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
+
+from daemon.config import EngineConfig, LimitsConfig  # noqa: E402
+
+try:  # the page-contract split; older checkouts had one render/output module
+    from daemon.formats.markdown import pages_to_markdown
+    from daemon.page import PageOptions, no_progress
+    from daemon.raster import render_page
+    from daemon.sniff import inspect as inspect_document
+except ImportError:
+    from daemon.engines.base import PageOptions, no_progress  # type: ignore[no-redef]
+    from daemon.output import pages_to_markdown  # type: ignore[no-redef]
+    from daemon.render import inspect as inspect_document  # type: ignore[no-redef]
+    from daemon.render import render_page  # type: ignore[no-redef]
+
+
+@dataclass(frozen=True)
+class Case:
+    file: str  # relative to the corpus
+    truth: str  # relative to corpus/groundtruth
+    group: str  # clean-scan | rotated | born-digital | hard-scan
+    upright_of: str | None = None  # the rotated copy's upright file
+    truth_covers_more: bool = False
+
+
+CASES = (
+    Case("pdf/docling__ocr_test.pdf", "docling__ocr_test.tesseract.full_page.md", "clean-scan"),
+    Case(
+        "images/docling__webp-test.webp",
+        "docling__webp-test.tesseract.full_page.md",
+        "clean-scan",
+    ),
+    Case(
+        "images/docling__2206.01062.tif",
+        "docling__2206.01062.md",
+        "clean-scan",
+        truth_covers_more=True,
+    ),
+    *(
+        Case(
+            f"pdf/docling__ocr_test_rotated_{a}.pdf",
+            f"docling__ocr_test_rotated_{a}.tesseract.full_page.md",
+            "rotated",
+            upright_of="pdf/docling__ocr_test.pdf",
+        )
+        for a in (90, 180, 270)
+    ),
+    Case(
+        "pdf/docling__nemotron_multipage.pdf",
+        "docling__nemotron_multipage.nemotron_ocr.full_page.md",
+        "hard-scan",
+    ),
+    Case("pdf/docling__2305.03393v1-pg9.pdf", "docling__2305.03393v1-pg9.md", "born-digital"),
+    Case("pdf/docling__amt_handbook_sample.pdf", "docling__amt_handbook_sample.md", "born-digital"),
+)
+
+_MD_NOISE = re.compile(r"<!--.*?-->|^#+\s|^\|?\s*-[-\s|]*$|\*\*|!\[[^\]]*\]\([^)]*\)", re.M)
+
+
+def normalise(markdown: str) -> str:
+    text = _MD_NOISE.sub(" ", markdown)
+    text = text.replace("|", " ")
+    return " ".join(text.split())
+
+
+def cer(hyp: str, ref: str, *, prefix: bool = False) -> float:
+    from rapidfuzz.distance import Levenshtein
+
+    if not ref:
+        return 0.0 if not hyp else 1.0
+    if not prefix:
+        return float(Levenshtein.distance(hyp, ref)) / len(ref)
+    best = float("inf")
+    lo, hi = max(1, int(len(hyp) * 0.7)), min(len(ref), int(len(hyp) * 1.4) + 1)
+    for n in range(lo, max(lo + 1, hi), 25):
+        best = min(best, Levenshtein.distance(hyp, ref[:n]) / n)
+    return best
+
+
+def make_engine(orientation: str | None) -> Any:
+    from daemon.engines import lite
+
+    kwargs: dict[str, Any] = {}
+    if orientation and "orientation" in inspect.signature(lite.LiteEngine).parameters:
+        kwargs["orientation"] = orientation
+    engine = lite.LiteEngine(EngineConfig(name="lite", threads=0), **kwargs)
+    engine.load()
+    return engine
+
+
+def run_document(engine: Any, path: Path, dpi: int) -> tuple[str, list[float], list[Any]]:
+    info = inspect_document(path, passwords=(), limits=LimitsConfig())
+    pages = []
+    seconds: list[float] = []
+    infos: list[Any] = []
+    for idx in range(info.page_count):
+        page = render_page(
+            path, info, idx, dpi=dpi, max_long_side=4000, max_image_pixels=180_000_000
+        )
+        start = time.perf_counter()
+        result = engine.parse_page(page, PageOptions(), no_progress)
+        seconds.append(time.perf_counter() - start)
+        pages.append(result.blocks)
+        infos.append(result.info)
+    return pages_to_markdown(pages), seconds, infos
+
+
+def loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def quality(corpus: Path, dpi: int, orientation: str | None) -> list[dict[str, Any]]:
+    engine = make_engine(orientation)
+    rows: list[dict[str, Any]] = []
+    for case in CASES:
+        path = corpus / case.file
+        truth_path = corpus / "groundtruth" / case.truth
+        if not path.is_file() or not truth_path.is_file():
+            print(f"skip {case.file}: missing", file=sys.stderr)
+            continue
+        load_before = loadavg()
+        markdown, seconds, infos = run_document(engine, path, dpi)
+        hyp = normalise(markdown)
+        ref = normalise(truth_path.read_text(encoding="utf-8"))
+        row = {
+            "file": case.file,
+            "group": case.group,
+            "cer": round(cer(hyp, ref, prefix=case.truth_covers_more), 4),
+            "pages": len(seconds),
+            "s_per_page": round(statistics.mean(seconds), 2) if seconds else 0.0,
+            "loadavg": load_before,
+            "angles": [i.get("orientation", {}).get("angle") for i in infos],
+            "dropped": [i.get("dropped_lines") for i in infos],
+            "upright_of": case.upright_of,
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def orientation_study(corpus: Path, dpi: int) -> dict[str, Any]:
+    import numpy as np
+    from PIL import Image
+
+    from daemon.engines.orientation import LineSample, OcrOrientation, TileOrientation
+
+    engine = make_engine("off")
+    tiles = TileOrientation()
+    ocr = OcrOrientation(engine._recognize)
+    images: list[tuple[str, Image.Image]] = []
+    for case in CASES:
+        if case.group == "rotated":
+            continue  # the study turns the upright copy itself
+        path = corpus / case.file
+        if not path.is_file():
+            continue
+        info = inspect_document(path, passwords=(), limits=LimitsConfig())
+        for idx in range(min(info.page_count, 2)):
+            page = render_page(
+                path, info, idx, dpi=dpi, max_long_side=4000, max_image_pixels=180_000_000
+            )
+            images.append((f"{case.file}#{idx + 1}", page.image))
+    results: dict[str, Any] = {"ocr": [], "tiles": []}
+    for name, upright_image in images:
+        for true_turn in (0, 90, 180, 270):
+            # The scan is turned clockwise by true_turn; the detector must answer true_turn.
+            scan = upright_image.rotate(-true_turn, expand=True) if true_turn else upright_image
+            start = time.perf_counter()
+            guess = tiles.detect(scan)
+            results["tiles"].append(
+                (name, true_turn, guess.angle, time.perf_counter() - start)
+            )
+            # The OCR vote reuses the boxes of the OCR pass the engine makes anyway; only
+            # the vote itself is timed.
+            lines = engine._ocr_lines(scan)
+            w, h = scan.size
+            samples = [
+                LineSample(
+                    box=(
+                        int(ln.bbox[0] * w),
+                        int(ln.bbox[1] * h),
+                        int(np.ceil(ln.bbox[2] * w)),
+                        int(np.ceil(ln.bbox[3] * h)),
+                    ),
+                    chars=len(ln.text),
+                )
+                for ln in lines
+            ]
+            start = time.perf_counter()
+            guess = ocr.detect(scan, samples)
+            results["ocr"].append((name, true_turn, guess.angle, time.perf_counter() - start))
+    summary: dict[str, Any] = {"loadavg_end": loadavg(), "pages": len(images)}
+    for method, rows in results.items():
+        right = sum(1 for _, t, g, _ in rows if t == g)
+        summary[method] = {
+            "correct": right,
+            "total": len(rows),
+            "mean_seconds": round(statistics.mean(r[3] for r in rows), 3),
+            "wrong": [(n, t, g) for n, t, g, _ in rows if t != g],
+        }
+    print(json.dumps(summary, indent=1))
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus")
+    parser.add_argument("--dpi", type=int, default=200)
+    parser.add_argument("--orientation", choices=("ocr", "tiles", "off"), default=None)
+    parser.add_argument("--orientation-study", action="store_true")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if not args.corpus.is_dir():
+        sys.exit(f"no corpus at {args.corpus}")
+    print(f"cpus={os.cpu_count()} loadavg={loadavg()}", file=sys.stderr)
+    out: Any
+    if args.orientation_study:
+        out = orientation_study(args.corpus, args.dpi)
+    else:
+        out = quality(args.corpus, args.dpi, args.orientation)
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
