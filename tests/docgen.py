@@ -369,3 +369,66 @@ def make_truncated(path: Path, src: Path, keep: float = 0.5) -> Path:
     data = src.read_bytes()
     path.write_bytes(data[: max(16, int(len(data) * keep))])
     return path
+
+
+# ---------------------------------------------------------------------------- page layouts
+
+
+def draw_figure(img: Image.Image, box: tuple[int, int, int, int]) -> None:
+    """A picture inside `box`: a shaded sky, hills, a sun and a bar chart, no text."""
+    x0, y0, x1, y1 = box
+    draw = ImageDraw.Draw(img)
+    h = y1 - y0
+    for i in range(h):
+        shade = int(90 + 120 * i / max(h, 1))
+        draw.line([(x0, y0 + i), (x1, y0 + i)], fill=(shade // 2, shade // 2 + 40, shade))
+    w = x1 - x0
+    draw.ellipse([x0 + w * 0.7, y0 + h * 0.1, x0 + w * 0.85, y0 + h * 0.35], fill=(250, 210, 60))
+    draw.polygon(
+        [(x0, y1), (x0 + w * 0.3, y0 + h * 0.45), (x0 + w * 0.6, y1)], fill=(40, 120, 50)
+    )
+    draw.polygon(
+        [(x0 + w * 0.4, y1), (x0 + w * 0.7, y0 + h * 0.55), (x1, y1)], fill=(30, 90, 40)
+    )
+    for k, bar in enumerate((0.3, 0.55, 0.8, 0.45)):
+        bx = x0 + w * (0.05 + 0.06 * k)
+        draw.rectangle([bx, y1 - h * bar * 0.5, bx + w * 0.04, y1], fill=(200, 60, 60))
+    draw.rectangle([x0, y0, x1, y1], outline="black", width=3)
+
+
+def render_two_columns(
+    left: Sequence[str],
+    right: Sequence[str],
+    *,
+    title: str | None = None,
+    header: str | None = None,
+    figure: bool = False,
+    size: tuple[int, int] = (1700, 2200),
+    font_px: int = 34,
+) -> Image.Image:
+    """A scanned-looking page: optional running head, a title spanning both columns, two
+    text columns, and optionally a figure spanning the width under them."""
+    img = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(img)
+    width, height = size
+    margin = int(width * 0.07)
+    if header:
+        draw.text((margin, int(height * 0.025)), header, fill="black", font=font(font_px - 8))
+    y = height * 0.08
+    if title:
+        draw.text((margin, y), title, fill="black", font=font(int(font_px * 1.7)))
+        y += font_px * 3.2
+    gutter = int(width * 0.05)
+    col_w = (width - 2 * margin - gutter) // 2
+    bottom = y
+    for col, lines in enumerate((left, right)):
+        cy = y
+        x = margin + col * (col_w + gutter)
+        for line in lines:
+            draw.text((x, cy), line, fill="black", font=font(font_px))
+            cy += font_px * 1.5
+        bottom = max(bottom, cy)
+    if figure:
+        top = int(bottom + font_px * 2)
+        draw_figure(img, (margin, top, width - margin, min(height - margin, top + height // 3)))
+    return img

@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+import daemon.engines.regions as rg
 from daemon.config import EngineConfig
 from daemon.cpus import resolve_threads
-from daemon.engines import regions as rg
 from daemon.engines.junk import is_noise
 from daemon.engines.orientation import (
     LineSample,

