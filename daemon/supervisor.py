@@ -37,6 +37,8 @@ import psutil
 
 from daemon.config import Config, page_options_for, parse_page_range
 from daemon.display import safe_display
+from daemon.engines.http_runtime import display_url
+from daemon.engines.runtime import settings_from
 from daemon.errors import FailureKind
 from daemon.page import PageOptions
 from daemon.protocol import (
@@ -53,6 +55,7 @@ from daemon.protocol import (
     Stop,
     Unavailable,
 )
+from daemon.reprobe import Reprobe
 from daemon.status import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.store import Job, Store, StoreBusy
 
@@ -155,6 +158,8 @@ class Supervisor:
         self.fatal_message: str | None = None
         self.fatal_hint: str = ""
         self.pending: Callable[[float], None] | None = None
+        # Set while the fallback engine stands in for an unreachable MinerU server.
+        self.reprobe: Reprobe | None = None
 
     # -- public ---------------------------------------------------------------------
 
@@ -168,10 +173,13 @@ class Supervisor:
         self._drain(now)
         if self.proc is not None:
             self._check_health(now)
+        server_back = self.reprobe is not None and self.reprobe.back(now)
         if self.stopping:
             self._stop_if_between_pages(now)
         elif self.phase == Phase.IDLE:
-            if self.recycle_requested or self._should_recycle():
+            if server_back:
+                self._switch_back(now)
+            elif self.recycle_requested or self._should_recycle():
                 self._stop_worker(now, reason="recycle")
             else:
                 self._take_next(now)
@@ -198,6 +206,7 @@ class Supervisor:
         if new.engine != old.engine:
             self.engine_name = new.engine.name
             self.fallback_reason = None
+            self.reprobe = None
         worker_view = (old.engine, old.limits, old.passwords, old.worker.heartbeat_seconds)
         if worker_view != (new.engine, new.limits, new.passwords, new.worker.heartbeat_seconds):
             self.recycle_requested = True
@@ -438,9 +447,16 @@ class Supervisor:
 
     def _on_unavailable(self, now: float, message: str, hint: str) -> None:
         fb = self.cfg.engine.fallback_engine
+        # Mid-document (the MinerU server went away for longer than the retries last):
+        # not the document's fault; it resumes at its first unfinished page.
+        self._interrupt_current(now, f"engine unavailable: {message}")
         self._reap()
         if fb and self.engine_name != fb:
             self.fallback_reason = f"engine {self.engine_name!r} unavailable: {message}"
+            runtime = settings_from(self.cfg.engine)
+            if self.engine_name == self.cfg.engine.name and runtime.kind == "http":
+                self.reprobe = Reprobe(runtime.http, runtime.http.reprobe_seconds)
+                self.reprobe.back(now)
             log.warning(
                 "engine %r cannot run: %s. FALLING BACK to %r; documents are marked with the "
                 "engine used, so you can `docinbox reprocess` them later.%s",
@@ -456,6 +472,22 @@ class Supervisor:
         self.fatal_message = f"engine {self.engine_name!r} cannot run: {message}"
         self.fatal_hint = hint
         log.error("%s%s", self.fatal_message, f" (to fix: {hint})" if hint else "")
+
+    def _switch_back(self, now: float) -> None:
+        """The MinerU server answers again: replace the fallback worker at a document
+        boundary (now: the worker is idle)."""
+        assert self.reprobe is not None
+        primary = self.cfg.engine.name
+        log.warning(
+            "MinerU server %s answers again: SWITCHING BACK from %r to %r",
+            self.reprobe.settings.server_url and display_url(self.reprobe.settings.server_url),
+            self.engine_name,
+            primary,
+        )
+        self.engine_name = primary
+        self.fallback_reason = None
+        self.reprobe = None
+        self._stop_worker(now, reason=f"switching back to engine {primary!r}")
 
     # -- documents --------------------------------------------------------------------
 

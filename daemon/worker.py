@@ -168,6 +168,14 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
                     log.error("unknown request %r", msg)
         except DocumentError as exc:
             chan.send(DocError(msg.job_id, exc.kind.value, exc.message))
+        except EngineUnavailable as exc:
+            # The engine's runtime went away mid-document (a MinerU server that stayed
+            # down through every retry): not this document's fault. The supervisor hands
+            # the document back to the queue and takes its fallback; this worker is done.
+            log.error("engine unavailable on job %s: %s", msg.job_id, exc.message)
+            chan.send(Unavailable(exc.message, exc.hint))
+            engine.close()
+            return
         except FileNotFoundError:
             chan.send(
                 DocError(

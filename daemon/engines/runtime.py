@@ -70,6 +70,9 @@ class HttpSettings:
     retry_backoff_seconds: float = 1.0
     retry_backoff_max_seconds: float = 30.0
     ca_bundle: Path | None = None  # PEM file of CAs to trust for an https:// server
+    # While the fallback engine runs because the server did not answer: how often the
+    # daemon looks at the server again (it switches back by itself when it answers).
+    reprobe_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
