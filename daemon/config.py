@@ -30,6 +30,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
@@ -184,6 +185,134 @@ def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
+RuntimeKind = Literal["transformers", "http", "llama-cpp"]
+
+
+def _p_server_url(ctx: Ctx, key: str, value: Any) -> Any:
+    text = p_text(ctx, key, value)
+    if text is INVALID:
+        return INVALID
+    parts = urlsplit(str(text))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        ctx.problem(
+            key,
+            f"{echo(_url_for_show(str(text)))} is not an http:// or https:// URL",
+            "e.g. http://gpu-box:30000 (the OpenAI-compatible server's address)",
+        )
+        return INVALID
+    return text
+
+
+def _url_for_show(url: Any) -> Any:
+    # A URL may carry user:password@; --show and problems never print it.
+    if not isinstance(url, str):
+        return url
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    netloc = f"***@{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+@settings
+class EngineHttpConfig:
+    """`engine.http`: the OpenAI-compatible server `engine.runtime: http` sends pages to."""
+
+    server_url: str | None = setting(
+        default=None,
+        parse=_p_server_url,
+        nullable=True,
+        show=_url_for_show,
+        doc="the server, e.g. `http://gpu-box:30000` (vLLM, SGLang, LMDeploy, llama-server)",
+    )
+    api_key: str | None = setting(
+        default=None,
+        parse=p_text,
+        nullable=True,
+        secret=True,
+        doc="sent as `Authorization: Bearer`; never logged",
+    )
+    model_name: str | None = setting(
+        default=None,
+        parse=p_text,
+        nullable=True,
+        shown_default="null (the one the server lists)",
+        doc="the served model's name; null: the only model `/v1/models` lists",
+    )
+    max_in_flight: int = setting(
+        default=8,
+        parse=p_int(1, 1024),
+        doc="requests outstanding at once, pages and blocks together (feeds batching)",
+    )
+    timeout_seconds: float = setting(
+        default=600.0, parse=p_seconds(), doc="one request, queueing on the server included"
+    )
+    connect_timeout_seconds: float = setting(
+        default=10.0, parse=p_seconds(), doc="connecting to the server"
+    )
+    retries: int = setting(
+        default=6,
+        parse=p_int(0, 100),
+        doc="retries of a request on connection errors, 429 and 5xx (Retry-After honoured)",
+    )
+    retry_backoff_seconds: float = setting(
+        default=1.0, parse=p_seconds(), doc="first wait between retries; doubles each time"
+    )
+    retry_backoff_max_seconds: float = setting(
+        default=30.0,
+        parse=p_seconds(),
+        at_least=("retry_backoff_seconds", "the cap cannot be below the first wait"),
+        doc="longest wait between retries",
+    )
+    ca_bundle: Path | None = setting(
+        default=None,
+        parse=p_path,
+        nullable=True,
+        doc="PEM file of CA certificates to trust for an `https://` server",
+    )
+    reprobe_seconds: float = setting(
+        default=60.0,
+        parse=p_seconds(),
+        doc="while the fallback runs because the server is down: how often to look again",
+    )
+
+
+@settings
+class LlamaCppConfig:
+    """`engine.llama_cpp`: llama.cpp inside the worker (`engine.runtime: llama-cpp`)."""
+
+    model: Path | None = setting(
+        default=None,
+        parse=p_path,
+        nullable=True,
+        shown_default="null (the pulled pair)",
+        doc="main GGUF file, or a folder holding the pair; null: `docinbox model pull` cache",
+    )
+    mmproj: Path | None = setting(
+        default=None, parse=p_path, nullable=True, doc="the vision projector `mmproj-*.gguf`"
+    )
+    repo: str | None = setting(
+        default=None,
+        parse=p_text,
+        nullable=True,
+        shown_default="null (known for engine.model)",
+        doc="hub repo of the GGUF pair; null: the one known for `engine.model`",
+    )
+    threads: int = setting(
+        default=0, parse=p_int(0, 1024), doc="llama.cpp threads; 0 = `engine.threads`"
+    )
+    parallel: int = setting(
+        default=2,
+        parse=p_int(1, 64),
+        doc="slots: blocks of a page decoded together in one batch",
+    )
+    context_per_slot: int = setting(
+        default=0,
+        parse=p_int(0, 1_048_576),
+        doc="tokens of context per slot; 0 = the model's training context",
+    )
+
+
 @settings
 class EngineConfig:
     name: str = setting(
@@ -250,6 +379,18 @@ class EngineConfig:
         page=True,
         shown_default="null (all)",
         doc='1-based pages to convert, e.g. `"1-3,7"` or `"2-"`',
+    )
+    runtime: RuntimeKind = setting(
+        default="transformers",
+        choices=get_args(RuntimeKind),
+        doc="where `mineru` generates: `transformers` (here, torch), `http` (a server, "
+        "see `engine.http`), `llama-cpp` (here, llama.cpp, see `engine.llama_cpp`)",
+    )
+    http: EngineHttpConfig = section(
+        default_factory=EngineHttpConfig, doc="the MinerU server of `runtime: http`"
+    )
+    llama_cpp: LlamaCppConfig = section(
+        default_factory=LlamaCppConfig, doc="the GGUF pair of `runtime: llama-cpp`"
     )
     ocr_languages: tuple[str, ...] = setting(
         default=(),

@@ -12,14 +12,14 @@ import logging
 import threading
 from collections.abc import Callable
 
+from daemon.config import EngineHttpConfig
 from daemon.engines.http_runtime import ServerProbe, choose_model, probe_server
-from daemon.engines.runtime import HttpSettings
 from daemon.errors import EngineUnavailable
 
 log = logging.getLogger("docinbox.reprobe")
 
 # probe(settings) -> ServerProbe; tests may pass a different one, the daemon never does.
-ProbeFn = Callable[[HttpSettings], ServerProbe]
+ProbeFn = Callable[[EngineHttpConfig], ServerProbe]
 
 
 class Reprobe:
@@ -27,7 +27,7 @@ class Reprobe:
     with the model we need."""
 
     def __init__(
-        self, settings: HttpSettings, interval: float, probe: ProbeFn = probe_server
+        self, settings: EngineHttpConfig, interval: float, probe: ProbeFn = probe_server
     ) -> None:
         self.settings = settings
         self.interval = interval

@@ -38,7 +38,6 @@ import psutil
 from daemon.config import Config, page_options_for, parse_page_range
 from daemon.display import safe_display
 from daemon.engines.http_runtime import display_url
-from daemon.engines.runtime import settings_from
 from daemon.errors import FailureKind
 from daemon.page import PageOptions
 from daemon.protocol import (
@@ -453,9 +452,9 @@ class Supervisor:
         self._reap()
         if fb and self.engine_name != fb:
             self.fallback_reason = f"engine {self.engine_name!r} unavailable: {message}"
-            runtime = settings_from(self.cfg.engine)
-            if self.engine_name == self.cfg.engine.name and runtime.kind == "http":
-                self.reprobe = Reprobe(runtime.http, runtime.http.reprobe_seconds)
+            primary = self.cfg.engine
+            if self.engine_name == primary.name and primary.runtime == "http":
+                self.reprobe = Reprobe(primary.http, primary.http.reprobe_seconds)
                 self.reprobe.back(now)
             log.warning(
                 "engine %r cannot run: %s. FALLING BACK to %r; documents are marked with the "
@@ -480,7 +479,7 @@ class Supervisor:
         primary = self.cfg.engine.name
         log.warning(
             "MinerU server %s answers again: SWITCHING BACK from %r to %r",
-            self.reprobe.settings.server_url and display_url(self.reprobe.settings.server_url),
+            display_url(self.reprobe.settings.server_url),
             self.engine_name,
             primary,
         )

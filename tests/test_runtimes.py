@@ -17,10 +17,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from daemon.config import EngineConfig
+from daemon.config import EngineConfig, EngineHttpConfig, LlamaCppConfig
 from daemon.engines.http_runtime import ServerUnavailable, probe_server
 from daemon.engines.mineru import MinerUEngine
-from daemon.engines.runtime import HttpSettings, LlamaCppSettings, RuntimeSettings
 from daemon.errors import DocumentError, EngineUnavailable
 from daemon.page import PageInput, PageOptions, no_progress
 from tests.llama_server import (
@@ -53,8 +52,9 @@ def page(idx: int = 0, count: int = 1) -> PageInput:
 
 
 def http_engine(url: str, **kw: Any) -> MinerUEngine:
-    settings = RuntimeSettings(kind="http", http=HttpSettings(server_url=url, **kw))
-    return MinerUEngine(EngineConfig(), runtime=settings)
+    return MinerUEngine(
+        EngineConfig(runtime="http", http=EngineHttpConfig(server_url=url, **kw))
+    )
 
 
 def assert_tiny_page(result: Any) -> None:
@@ -81,11 +81,8 @@ def test_http_runtime_runs_both_steps_on_a_real_server(server: LlamaServer) -> N
 
 def test_llama_cpp_runtime_gives_the_same_page_in_process() -> None:
     server_binary()  # same skip conditions: the fixture and the wheel
-    settings = RuntimeSettings(
-        kind="llama-cpp",
-        llama_cpp=LlamaCppSettings(model=TINY_MAIN, mmproj=TINY_MMPROJ, threads=1, parallel=2),
-    )
-    engine = MinerUEngine(EngineConfig(), runtime=settings)
+    llama = LlamaCppConfig(model=TINY_MAIN, mmproj=TINY_MMPROJ, threads=1, parallel=2)
+    engine = MinerUEngine(EngineConfig(runtime="llama-cpp", llama_cpp=llama))
     info = engine.load()
     try:
         assert info.details["runtime"] == "llama-cpp"
@@ -101,11 +98,12 @@ def test_llama_cpp_finds_the_pair_in_a_folder_under_minerus_names(tmp_path: Path
     server_binary()
     (tmp_path / "MinerU2.5-Pro-2605-1.2B-Q8_0.gguf").symlink_to(TINY_MAIN)
     (tmp_path / "mmproj-MinerU2.5-Pro-2605-1.2B-Q8_0.gguf").symlink_to(TINY_MMPROJ)
-    settings = RuntimeSettings(
-        kind="llama-cpp", llama_cpp=LlamaCppSettings(model=tmp_path, threads=1, parallel=1)
-    )
     engine = MinerUEngine(
-        EngineConfig(model="opendatalab/MinerU2.5-Pro-2605-1.2B"), runtime=settings
+        EngineConfig(
+            model="opendatalab/MinerU2.5-Pro-2605-1.2B",
+            runtime="llama-cpp",
+            llama_cpp=LlamaCppConfig(model=tmp_path, threads=1, parallel=1),
+        )
     )
     info = engine.load()
     try:
@@ -121,13 +119,12 @@ def test_llama_cpp_without_gguf_is_unavailable_with_the_pull_hint(
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     engine = MinerUEngine(
-        EngineConfig(model="opendatalab/MinerU2.5-Pro-2605-1.2B"),
-        runtime=RuntimeSettings(kind="llama-cpp"),
+        EngineConfig(model="opendatalab/MinerU2.5-Pro-2605-1.2B", runtime="llama-cpp")
     )
     with pytest.raises(EngineUnavailable) as err:
         engine.load()
     assert "model pull --runtime llama-cpp" in err.value.hint
-    unknown = MinerUEngine(EngineConfig(), runtime=RuntimeSettings(kind="llama-cpp"))
+    unknown = MinerUEngine(EngineConfig(runtime="llama-cpp"))
     with pytest.raises(EngineUnavailable, match="no GGUF is known"):
         unknown.load()
 
@@ -157,7 +154,7 @@ def test_server_down_at_start_is_unavailable_in_seconds() -> None:
         http_engine(url).load()
     assert "cannot connect" in err.value.message
     assert "re-probes" in err.value.hint
-    assert not probe_server(HttpSettings(server_url=url)).reachable
+    assert not probe_server(EngineHttpConfig(server_url=url)).reachable
 
 
 def test_wrong_model_name_names_the_servers_models(server: LlamaServer) -> None:
@@ -263,12 +260,12 @@ def test_tls_with_a_private_ca_bundle(server: LlamaServer, tmp_path: Path) -> No
         try:
             assert info.details["server"].startswith("https://localhost:")
             assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
-            assert "s3cret" not in repr(engine.runtime)
+            assert "s3cret" not in repr(engine.config)
         finally:
             engine.close()
 
 
 def test_probe_reports_models_and_health(server: LlamaServer) -> None:
-    probe = probe_server(HttpSettings(server_url=server.url + "/v1"))
+    probe = probe_server(EngineHttpConfig(server_url=server.url + "/v1"))
     assert probe.reachable and probe.healthy and probe.error is None
     assert probe.models == (MODEL_ID,)

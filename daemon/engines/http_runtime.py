@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from daemon.engines.runtime import HttpSettings, Prediction, RuntimeInfo
+from daemon.config import EngineHttpConfig
+from daemon.engines.runtime import Prediction, RuntimeInfo
 from daemon.errors import DocumentError, EngineUnavailable, FailureKind
 
 if TYPE_CHECKING:
@@ -51,8 +52,10 @@ class ServerUnavailable(EngineUnavailable):
     """
 
 
-def display_url(url: str) -> str:
+def display_url(url: str | None) -> str:
     """The server URL without credentials (`https://user:pw@host` is valid in httpx)."""
+    if not url:
+        return "(engine.http.server_url not set)"
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
@@ -61,20 +64,20 @@ def display_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def api_base(server_url: str) -> str:
+def api_base(server_url: str | None) -> str:
     """`http://host:8000` -> `http://host:8000/v1`; a URL ending in /v1 (or /v2) is kept."""
-    url = server_url.rstrip("/")
+    url = (server_url or "").rstrip("/")
     return url if _VERSION_RE.match(url) else f"{url}/v1"
 
 
-def root_url(server_url: str) -> str:
+def root_url(server_url: str | None) -> str:
     """Where `/health` lives: the server URL without its API version suffix."""
-    url = server_url.rstrip("/")
+    url = (server_url or "").rstrip("/")
     match = _VERSION_RE.match(url)
     return match.group(1) if match else url
 
 
-def _ssl_context(settings: HttpSettings) -> ssl.SSLContext | bool:
+def _ssl_context(settings: EngineHttpConfig) -> ssl.SSLContext | bool:
     if settings.ca_bundle is None:
         return True
     try:
@@ -86,7 +89,7 @@ def _ssl_context(settings: HttpSettings) -> ssl.SSLContext | bool:
         ) from exc
 
 
-def _retry_policy(settings: HttpSettings, retries: int) -> Any:
+def _retry_policy(settings: EngineHttpConfig, retries: int) -> Any:
     import httpx
     from httpx_retries import Retry
 
@@ -131,7 +134,7 @@ def _retry_policy(settings: HttpSettings, retries: int) -> Any:
 
 
 def make_http_client(
-    settings: HttpSettings, *, timeout: float | None = None, retries: int | None = None
+    settings: EngineHttpConfig, *, timeout: float | None = None, retries: int | None = None
 ) -> httpx.Client:
     """An httpx client for the server: CA bundle, API key, retry policy, pool size."""
     import httpx
@@ -168,7 +171,7 @@ class ServerProbe:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def probe_server(settings: HttpSettings, timeout: float = PROBE_TIMEOUT_SECONDS) -> ServerProbe:
+def probe_server(settings: EngineHttpConfig, timeout: float = PROBE_TIMEOUT_SECONDS) -> ServerProbe:
     """GET /health and /v1/models once, without retries. Never raises for network errors."""
     import httpx
 
@@ -213,7 +216,7 @@ def probe_server(settings: HttpSettings, timeout: float = PROBE_TIMEOUT_SECONDS)
         return ServerProbe(server, True, healthy, models)
 
 
-def _describe(exc: Exception, settings: HttpSettings) -> str:
+def _describe(exc: Exception, settings: EngineHttpConfig) -> str:
     import httpx
 
     server = display_url(settings.server_url)
@@ -232,7 +235,7 @@ def _describe(exc: Exception, settings: HttpSettings) -> str:
     return f"{server}: {type(exc).__name__}: {exc}"
 
 
-def choose_model(settings: HttpSettings, probe: ServerProbe) -> str:
+def choose_model(settings: EngineHttpConfig, probe: ServerProbe) -> str:
     """The configured model if the server has it, else the server's only model."""
     served = ", ".join(probe.models) or "none"
     if settings.model_name:
@@ -257,7 +260,7 @@ class HttpRuntime:
     """Generation on a server. `predict` is thread-safe; requests are bounded by
     `max_in_flight` across all pages and blocks."""
 
-    def __init__(self, settings: HttpSettings, client_options: dict[str, Any]) -> None:
+    def __init__(self, settings: EngineHttpConfig, client_options: dict[str, Any]) -> None:
         if settings.max_in_flight < 1:
             raise ValueError("engine.http.max_in_flight must be at least 1")
         probe = probe_server(settings)

@@ -17,13 +17,14 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from daemon.engines.runtime import KNOWN_GGUF, GgufPair, LlamaCppSettings, Prediction, RuntimeInfo
+from daemon.config import LlamaCppConfig
+from daemon.engines.runtime import KNOWN_GGUF, GgufPair, Prediction, RuntimeInfo
 from daemon.errors import DocumentError, EngineUnavailable, FailureKind
 
 log = logging.getLogger("docinbox.llama_cpp_runtime")
 
 
-def gguf_pair_for(model: str, settings: LlamaCppSettings) -> GgufPair | None:
+def gguf_pair_for(model: str, settings: LlamaCppConfig) -> GgufPair | None:
     """The hub GGUF pair for `engine.model` (or `engine.llama_cpp.repo`), when known."""
     if settings.repo:
         known = next((p for p in KNOWN_GGUF.values() if p.repo == settings.repo), None)
@@ -54,7 +55,7 @@ def pair_in_folder(folder: Path, pair: GgufPair | None = None) -> tuple[Path, Pa
     return mains[0], mmprojs[0]
 
 
-def resolve_gguf(model: str, settings: LlamaCppSettings) -> tuple[Path, Path]:
+def resolve_gguf(model: str, settings: LlamaCppConfig) -> tuple[Path, Path]:
     """Find the GGUF pair locally, never downloading (the daemon never goes online)."""
     if settings.model is not None:
         path = settings.model.expanduser()
@@ -98,7 +99,7 @@ class LlamaCppRuntime:
     """An in-process llama.cpp Engine. `predict` is thread-safe (the Engine has slots)."""
 
     def __init__(
-        self, model: str, settings: LlamaCppSettings, threads: int, client_options: dict[str, Any]
+        self, model: str, settings: LlamaCppConfig, threads: int, client_options: dict[str, Any]
     ) -> None:
         main, mmproj = resolve_gguf(model, settings)
         try:

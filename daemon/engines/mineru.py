@@ -38,7 +38,7 @@ from daemon.engines.mineru_generate import (
     RowDone,
     capped,
 )
-from daemon.engines.runtime import Runtime, RuntimeSettings, settings_from
+from daemon.engines.runtime import Runtime
 from daemon.errors import DocumentError
 from daemon.page import (
     EQUATION,
@@ -404,9 +404,8 @@ class MinerUEngine:
 
     name = "mineru"
 
-    def __init__(self, config: EngineConfig, runtime: RuntimeSettings | None = None) -> None:
+    def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self.runtime = runtime or settings_from(config)
         self._loaded: LoadedModel | None = None
         self._client: Any = None
         self._generator: BatchedGenerator | None = None
@@ -418,24 +417,24 @@ class MinerUEngine:
 
     def load(self) -> EngineInfo:
         route_loguru_to_logging()
-        if self.runtime.kind == "transformers":
+        runtime = self.config.runtime
+        if runtime == "transformers":
             return self._load_transformers()
-        threads = self.config.threads
         remote: Runtime
-        if self.runtime.kind == "http":
+        if runtime == "http":
             from daemon.engines.http_runtime import HttpRuntime
 
-            remote = HttpRuntime(self.runtime.http, client_options())
-        elif self.runtime.kind == "llama-cpp":
+            remote = HttpRuntime(self.config.http, client_options())
+        elif runtime == "llama-cpp":
             from daemon.cpus import resolve_threads
             from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
 
-            threads = resolve_threads(threads)
+            threads = resolve_threads(self.config.llama_cpp.threads or self.config.threads)
             remote = LlamaCppRuntime(
-                self.config.model, self.runtime.llama_cpp, threads, client_options()
+                self.config.model, self.config.llama_cpp, threads, client_options()
             )
         else:
-            raise ValueError(f"unknown engine.runtime {self.runtime.kind!r}")
+            raise ValueError(f"unknown engine.runtime {runtime!r}")
         self._remote = remote
         self._client = remote.client
         self.max_pages_in_flight = remote.max_pages_in_flight

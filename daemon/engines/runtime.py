@@ -10,23 +10,26 @@ sampling params) into text changes:
   pages and blocks in flight so the server's continuous batching is fed.
 - ``llama-cpp``: llama.cpp in the worker process (``mineru-llama-cpp``) with a GGUF pair.
 
-This module holds the typed settings and the interface every runtime implements. It
-imports nothing heavy: the daemon process reads these settings (status, re-probing a
-server) without pulling in torch or llama.cpp.
+This module holds the interface every runtime implements and what is known about the
+GGUF files of MinerU models. It
+imports nothing heavy: the daemon process may import it without pulling in torch or
+llama.cpp.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from daemon.engines.mineru_generate import Prediction
 
+if TYPE_CHECKING:
+    from daemon.config import RuntimeKind
+
 __all__ = ["Prediction"]  # what every runtime's predict() returns
 
-RuntimeKind = Literal["transformers", "http", "llama-cpp"]
-RUNTIMES: tuple[RuntimeKind, ...] = ("transformers", "http", "llama-cpp")
+# The keys themselves (engine.runtime, engine.http.*, engine.llama_cpp.*) are declared
+# once, in daemon/config.py (EngineHttpConfig, LlamaCppConfig).
 
 PRO_MODEL = "opendatalab/MinerU2.5-Pro-2605-1.2B"
 
@@ -53,51 +56,6 @@ KNOWN_GGUF: dict[str, GgufPair] = {
 
 
 @dataclass(frozen=True)
-class HttpSettings:
-    """`engine.http.*`: an OpenAI-compatible MinerU2.5 server."""
-
-    server_url: str = ""
-    # Sent as `Authorization: Bearer ...`. A secret: repr=False keeps it out of logs.
-    api_key: str | None = field(default=None, repr=False)
-    model_name: str | None = None  # None: the one model the server lists at /v1/models
-    max_in_flight: int = 8  # requests outstanding at once (pages and blocks together)
-    timeout_seconds: float = 600.0  # one request, including the server's queueing
-    connect_timeout_seconds: float = 10.0
-    # Retries of one request on connection errors, timeouts, 429 and 5xx, with exponential
-    # back-off starting at retry_backoff_seconds (Retry-After wins when the server sends
-    # it). The defaults ride out a server restart of about a minute.
-    retries: int = 6
-    retry_backoff_seconds: float = 1.0
-    retry_backoff_max_seconds: float = 30.0
-    ca_bundle: Path | None = None  # PEM file of CAs to trust for an https:// server
-    # While the fallback engine runs because the server did not answer: how often the
-    # daemon looks at the server again (it switches back by itself when it answers).
-    reprobe_seconds: float = 60.0
-
-
-@dataclass(frozen=True)
-class LlamaCppSettings:
-    """`engine.llama_cpp.*`: llama.cpp in the worker process."""
-
-    # The main GGUF file (or a folder holding the pair, as MinerU keeps them) and its
-    # vision projector. When None, the pair is looked up in the Hugging Face cache:
-    # `repo`, or the GGUF repo known for `engine.model` (`docinbox model pull` fetches it).
-    model: Path | None = None
-    mmproj: Path | None = None
-    repo: str | None = None
-    threads: int = 0  # 0 = physical cores
-    parallel: int = 2  # llama.cpp slots: blocks of a page decoded together in one batch
-    context_per_slot: int = 0  # tokens per slot; 0 = the model's training context
-
-
-@dataclass(frozen=True)
-class RuntimeSettings:
-    kind: RuntimeKind = "transformers"
-    http: HttpSettings = field(default_factory=HttpSettings)
-    llama_cpp: LlamaCppSettings = field(default_factory=LlamaCppSettings)
-
-
-@dataclass(frozen=True)
 class RuntimeInfo:
     """What meta.json and `docinbox status` say about where generation ran."""
 
@@ -121,18 +79,3 @@ class Runtime(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def settings_from(config: Any) -> RuntimeSettings:
-    """The runtime settings of an engine config (`engine.runtime`, `engine.http`,
-    `engine.llama_cpp`); the transformers runtime for configs that predate the keys."""
-    kind = str(getattr(config, "runtime", "transformers"))
-    if kind not in RUNTIMES:
-        raise ValueError(f"unknown engine.runtime {kind!r} (one of {', '.join(RUNTIMES)})")
-    http = getattr(config, "http", None)
-    llama = getattr(config, "llama_cpp", None)
-    return RuntimeSettings(
-        kind=kind,
-        http=http if isinstance(http, HttpSettings) else HttpSettings(),
-        llama_cpp=llama if isinstance(llama, LlamaCppSettings) else LlamaCppSettings(),
-    )
