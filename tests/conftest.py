@@ -11,10 +11,12 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import pytest
 import yaml
+
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
@@ -46,7 +48,12 @@ def write_config(root: Path, **overrides: Any) -> Path:
     return path
 
 
-def wait_for(cond: Callable[[], Any], timeout: float, what: str, proc: Any = None) -> Any:
+def wait_for(
+    cond: Callable[[], T | None],
+    timeout: float,
+    what: str,
+    proc: subprocess.Popen[bytes] | None = None,
+) -> T:
     """Poll `cond` until it returns something truthy. A bounded wait, not a timing test."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -142,11 +149,21 @@ class DaemonProc:
         return sorted(p for p in out.rglob("*.md")) if out.exists() else []
 
     def meta(self, md: Path) -> dict[str, Any]:
-        return json.loads(md.with_name(md.stem + ".meta.json").read_text())
+        meta: dict[str, Any] = json.loads(md.with_name(md.stem + ".meta.json").read_text())
+        return meta
+
+
+class DaemonFactory(Protocol):
+    """The `daemon_factory` fixture: a DaemonProc (not started) on a config under `root`
+    (default: the test's tmp_path) with `overrides` laid over the test defaults."""
+
+    def __call__(
+        self, root: Path | None = None, env: dict[str, str] | None = None, **overrides: Any
+    ) -> DaemonProc: ...
 
 
 @pytest.fixture()
-def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., DaemonProc]]:
+def daemon_factory(tmp_path: Path) -> Iterator[DaemonFactory]:
     started: list[DaemonProc] = []
 
     def make(root: Path | None = None, env: dict[str, str] | None = None,
