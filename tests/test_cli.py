@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import REPO, wait_for, write_config
+from tests.conftest import REPO, DaemonFactory, wait_for, write_config
 from tests.docgen import make_encrypted_pdf, make_text_image, make_text_pdf
 from tests.tinymodel import tiny_model_once
 
@@ -103,7 +103,9 @@ def test_parse_one_shot_keeps_originals(tmp_path: Path) -> None:
     assert pdf.exists() and broken.exists()  # never moved by parse
 
 
-def test_status_list_retry_after_adding_the_password(tmp_path: Path, daemon_factory) -> None:
+def test_status_list_retry_after_adding_the_password(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     d = daemon_factory().start()
     make_encrypted_pdf(tmp_path / "inbox" / "locked.pdf", "letmein",
                        pages=[["Quarterly secrets"]])
@@ -152,7 +154,9 @@ def test_status_list_retry_after_adding_the_password(tmp_path: Path, daemon_fact
     d.stop()
 
 
-def test_systemd_notify_ready_status_and_watchdog(tmp_path: Path, daemon_factory) -> None:
+def test_systemd_notify_ready_status_and_watchdog(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     sock_path = tmp_path / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(sock_path))
@@ -173,7 +177,7 @@ def test_systemd_notify_ready_status_and_watchdog(tmp_path: Path, daemon_factory
 
 
 def test_mineru_engine_end_to_end_with_a_tiny_model(
-    tmp_path: Path, daemon_factory, tiny_model: Path
+    tmp_path: Path, daemon_factory: DaemonFactory, tiny_model: Path
 ) -> None:
     make_text_image(tmp_path / "scan.png", ["A scanned page for the model"])
     d = daemon_factory(engine={"name": "mineru", "model": str(tiny_model),
@@ -193,7 +197,9 @@ def test_mineru_engine_end_to_end_with_a_tiny_model(
     d.stop()
 
 
-def test_missing_weights_fall_back_to_lite_loudly(tmp_path: Path, daemon_factory) -> None:
+def test_missing_weights_fall_back_to_lite_loudly(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     d = daemon_factory(
         engine={"name": "mineru", "model": "opendatalab/MinerU2.5-2509-1.2B",
                 "fallback_engine": "lite"},
@@ -219,7 +225,9 @@ def test_missing_weights_without_fallback_exit_4_with_the_fix(tmp_path: Path) ->
     assert "docinbox model pull" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_second_daemon_on_the_same_state_refuses(tmp_path: Path, daemon_factory) -> None:
+def test_second_daemon_on_the_same_state_refuses(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     d = daemon_factory().start()
     wait_for(lambda: d.runtime().get("phase") == "idle", 60, "the first daemon", d.proc)
     r = cli("run", "--config", str(d.config))
@@ -238,7 +246,9 @@ def test_parse_page_range_converts_only_those_pages(tmp_path: Path) -> None:
     assert cli("parse", str(pdf), "--pages", "3-1", cwd=tmp_path).returncode == 2
 
 
-def test_health_endpoint_of_the_running_daemon(tmp_path: Path, daemon_factory) -> None:
+def test_health_endpoint_of_the_running_daemon(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     import urllib.request
 
     with socket.socket() as s:

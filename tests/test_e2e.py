@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import DaemonFactory, wait_for
 from tests.docgen import (
     make_bomb_png,
     make_encrypted_pdf,
@@ -37,7 +37,7 @@ def drop(src: Path, inbox: Path, name: str | None = None) -> Path:
 
 
 def test_text_pdf_and_image_become_markdown_and_duplicates_are_skipped(
-    tmp_path: Path, daemon_factory
+    tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -84,7 +84,7 @@ def test_text_pdf_and_image_become_markdown_and_duplicates_are_skipped(
 
 
 def test_bad_inputs_fail_with_reasons_and_the_daemon_keeps_going(
-    tmp_path: Path, daemon_factory
+    tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -129,7 +129,7 @@ def test_bad_inputs_fail_with_reasons_and_the_daemon_keeps_going(
 
 
 def test_encrypted_pdf_opens_with_a_configured_password_never_logged(
-    tmp_path: Path, daemon_factory
+    tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -143,7 +143,9 @@ def test_encrypted_pdf_opens_with_a_configured_password_never_logged(
     assert "s3cret-pw" not in d.output()
 
 
-def test_slow_writer_is_taken_once_and_only_when_complete(tmp_path: Path, daemon_factory) -> None:
+def test_slow_writer_is_taken_once_and_only_when_complete(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     src = tmp_path / "src"
     src.mkdir()
     pdf = make_text_pdf(src / "slow.pdf", [["Written slowly, chunk by chunk"]] * 3)
@@ -163,7 +165,9 @@ def test_slow_writer_is_taken_once_and_only_when_complete(tmp_path: Path, daemon
     d.stop()
 
 
-def test_kill_9_mid_document_then_restart_completes_once(tmp_path: Path, daemon_factory) -> None:
+def test_kill_9_mid_document_then_restart_completes_once(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     src = tmp_path / "src"
     src.mkdir()
     pdf = make_text_pdf(src / "long.pdf", [[f"Page number {i} of the long one"] for i in range(6)])
@@ -190,7 +194,7 @@ def test_kill_9_mid_document_then_restart_completes_once(tmp_path: Path, daemon_
 
 
 def test_worker_killed_mid_page_is_restarted_and_document_completes(
-    tmp_path: Path, daemon_factory
+    tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -216,7 +220,7 @@ def test_worker_killed_mid_page_is_restarted_and_document_completes(
 
 
 def test_a_document_that_keeps_crashing_the_worker_is_failed(
-    tmp_path: Path, daemon_factory
+    tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -238,7 +242,9 @@ def test_a_document_that_keeps_crashing_the_worker_is_failed(
     d.stop()
 
 
-def test_sigterm_mid_document_stops_cleanly_and_resumes(tmp_path: Path, daemon_factory) -> None:
+def test_sigterm_mid_document_stops_cleanly_and_resumes(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     src = tmp_path / "src"
     src.mkdir()
     pdf = make_text_pdf(src / "doc.pdf", [[f"Section {i}"] for i in range(4)])
@@ -257,7 +263,9 @@ def test_sigterm_mid_document_stops_cleanly_and_resumes(tmp_path: Path, daemon_f
     d2.stop()
 
 
-def test_hostile_file_names_are_safe_in_outputs_and_logs(tmp_path: Path, daemon_factory) -> None:
+def test_hostile_file_names_are_safe_in_outputs_and_logs(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     src = tmp_path / "src"
     src.mkdir()
     d = daemon_factory().start()

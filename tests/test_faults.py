@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, DaemonProc, wait_for
+from tests.conftest import REPO, DaemonFactory, DaemonProc, wait_for
 from tests.docgen import make_text_pdf
 
 pytestmark = pytest.mark.integration
@@ -81,8 +81,12 @@ def assert_nothing_done_without_output(d: DaemonProc) -> None:
 # ---------------------------------------------------------------------------- mounts
 
 
+# mount_tmpfs(path, size): a tmpfs of `size` (e.g. "1M") mounted on `path`.
+MountTmpfs = Callable[[Path, str], Path]
+
+
 @pytest.fixture()
-def mounts(tmp_path: Path) -> Iterator[Callable[..., Path]]:
+def mounts(tmp_path: Path) -> Iterator[MountTmpfs]:
     """`mount_tmpfs(path, size)`; skips the test when mounting is not permitted."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); running as uid "
@@ -145,7 +149,7 @@ def wait_waiting(d: DaemonProc, names: list[str], timeout: float = 120,
 
 
 def test_full_outbox_makes_documents_wait_then_complete(
-    tmp_path: Path, daemon_factory, mounts
+    tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
 ) -> None:
     outbox = mounts(tmp_path / "outbox", "2m")
     d = daemon_factory().start()
@@ -184,7 +188,9 @@ def test_full_outbox_makes_documents_wait_then_complete(
     assert d.stop() == 0
 
 
-def test_outbox_remounted_read_only_mid_run(tmp_path: Path, daemon_factory, mounts) -> None:
+def test_outbox_remounted_read_only_mid_run(
+    tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
+) -> None:
     outbox = mounts(tmp_path / "outbox", "64m")
     d = daemon_factory().start()
     src = tmp_path / "src"
@@ -211,7 +217,9 @@ def test_outbox_remounted_read_only_mid_run(tmp_path: Path, daemon_factory, moun
     assert d.stop() == 0
 
 
-def test_archive_remounted_read_only_mid_run(tmp_path: Path, daemon_factory, mounts) -> None:
+def test_archive_remounted_read_only_mid_run(
+    tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
+) -> None:
     """The outbox folder is written, then archiving the original fails: the job must not
     be done, must wait, and on retry must end with ONE outbox folder, original archived."""
     archive = mounts(tmp_path / "archive", "64m")
@@ -251,7 +259,7 @@ print("released", time.time(), flush=True)
 
 
 def test_database_locked_by_another_process_for_ten_seconds(
-    tmp_path: Path, daemon_factory
+    tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
     d = daemon_factory().start()
     src = tmp_path / "src"
@@ -295,7 +303,9 @@ def test_database_locked_by_another_process_for_ten_seconds(
 
 
 @pytest.mark.slow
-def test_database_locked_longer_than_the_busy_timeout(tmp_path: Path, daemon_factory) -> None:
+def test_database_locked_longer_than_the_busy_timeout(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     """75 s > the 60 s busy timeout: the daemon logs "database busy", keeps running, and
     goes on when the lock is gone (about 2.5 minutes)."""
     d = daemon_factory().start()

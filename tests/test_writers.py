@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonProc, wait_for
+from tests.conftest import DaemonFactory, DaemonProc, wait_for
 from tests.docgen import make_text_pdf, pdf_stream, write_pdf
 
 pytestmark = pytest.mark.integration
@@ -177,7 +177,9 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
 # ---------------------------------------------------------------------------- rsync, cp
 
 
-def test_rsync_with_bwlimit_large_and_small_files(tmp_path: Path, daemon_factory) -> None:
+def test_rsync_with_bwlimit_large_and_small_files(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
     need("rsync")
     src = tmp_path / "src"
     src.mkdir()
@@ -211,7 +213,7 @@ def test_rsync_with_bwlimit_large_and_small_files(tmp_path: Path, daemon_factory
     assert d.stop() == 0
 
 
-def test_cp_of_a_large_file_is_taken_once(tmp_path: Path, daemon_factory) -> None:
+def test_cp_of_a_large_file_is_taken_once(tmp_path: Path, daemon_factory: DaemonFactory) -> None:
     src = tmp_path / "src"
     src.mkdir()
     exp = Expected()
@@ -244,7 +246,7 @@ print(f"{time.time():.6f} longest pause {max(pauses):.2f}")
 
 
 def test_slow_appender_with_pauses_over_a_second_is_taken_once_after_it_ends(
-    tmp_path: Path, daemon_factory
+    tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -419,7 +421,7 @@ def watch_smb_put(d: DaemonProc, port: int, big: Path, inbox: Path) -> tuple[flo
 
 
 def test_samba_upload_of_a_large_file_and_several_at_once(
-    tmp_path: Path, daemon_factory, samba
+    tmp_path: Path, daemon_factory: DaemonFactory, samba: Callable[[Path], int]
 ) -> None:
     """smbd writes in place under the final name, in SMB2 WRITEs of up to 8 MiB: the file
     is created empty, then grows in 8 MiB steps, unchanged while each step crosses the
@@ -456,7 +458,7 @@ def test_samba_upload_of_a_large_file_and_several_at_once(
 
 
 def test_samba_upload_slower_per_write_than_the_window_is_still_held(
-    tmp_path: Path, daemon_factory, samba
+    tmp_path: Path, daemon_factory: DaemonFactory, samba: Callable[[Path], int]
 ) -> None:
     src = tmp_path / "src"
     src.mkdir()
@@ -502,7 +504,7 @@ vsftpd_log_file={log}
 """
 
 
-def test_ftp_uploads_with_curl_limit_rate(tmp_path: Path, daemon_factory) -> None:
+def test_ftp_uploads_with_curl_limit_rate(tmp_path: Path, daemon_factory: DaemonFactory) -> None:
     """vsftpd (Debian's FTP server; scanners upload by FTP) writes in place, like smbd."""
     need("vsftpd", "curl")
     if os.geteuid() != 0:
@@ -591,7 +593,7 @@ def put_atomically(src: Path, folder: Path) -> None:
 
 
 def test_fuse_inbox_without_events_is_polled_automatically(
-    tmp_path: Path, daemon_factory, bindfs_mount
+    tmp_path: Path, daemon_factory: DaemonFactory, bindfs_mount: tuple[Path, Path]
 ) -> None:
     source, mnt = bindfs_mount
     fstype = next(line.split(" - ")[1].split()[0] for line in
@@ -619,7 +621,7 @@ def test_fuse_inbox_without_events_is_polled_automatically(
 
 
 def test_fuse_inbox_with_forced_events_misses_writes_to_the_source(
-    tmp_path: Path, daemon_factory, bindfs_mount
+    tmp_path: Path, daemon_factory: DaemonFactory, bindfs_mount: tuple[Path, Path]
 ) -> None:
     """The reason for the automatic choice: inotify on the mount sees nothing."""
     source, mnt = bindfs_mount
