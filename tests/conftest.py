@@ -66,6 +66,12 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
+def present(value: T | None) -> T:
+    """`value`, failing the test when it is None (a lookup that must find something)."""
+    assert value is not None
+    return value
+
+
 class DaemonProc:
     """`docinbox run` as a real child process, with helpers to read its state."""
 

@@ -5,22 +5,26 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from daemon.states import TRANSITIONS, IllegalTransition, JobState, check_transition
-from daemon.store import SCHEMA_VERSION, SchemaError, Store
+from daemon.store import SCHEMA_VERSION, IngestResult, SchemaError, Store
+from tests.conftest import present
 
 
 @pytest.fixture()
-def store(tmp_path: Path) -> Store:
+def store(tmp_path: Path) -> Iterator[Store]:
     s = Store(tmp_path / "state" / "db.sqlite3")
     yield s
     s.close()
 
 
-def arrive(store: Store, path: str, sha: str, now: float = 100.0, size: int = 10):
+def arrive(
+    store: Store, path: str, sha: str, now: float = 100.0, size: int = 10
+) -> IngestResult | None:
     return store.record_arrival(
         path=path, inbox="/in", subdir="", size=size, mtime_ns=int(now * 1e9), sha256=sha, now=now
     )
@@ -122,17 +126,17 @@ def test_job_lifecycle_pages_and_resume(store: Store) -> None:
     res = arrive(store, "/in/a.pdf", "a" * 64)
     assert res is not None
     jid = res.job.id
-    assert store.next_job(100).id == jid
+    assert present(store.next_job(100)).id == jid
     job = store.start_job(jid, 101, "lite")
     assert job.state == JobState.RUNNING and job.attempts == 1 and job.engine == "lite"
     store.set_page_count(jid, 3)
     store.save_page(jid, 0, [{"type": "text"}], {"k": 1}, "lite", 1.5, 102)
     store.save_page(jid, 1, [], {}, "lite", 2.5, 103)
     assert store.done_pages(jid) == {0, 1}
-    assert store.job(jid).pages_done == 2
+    assert present(store.job(jid)).pages_done == 2
     # the daemon is killed: on start the job goes back to the queue with its pages
     assert store.recover_running(200) == [jid]
-    job = store.job(jid)
+    job = present(store.job(jid))
     assert job.state == JobState.QUEUED and job.crashes == 0
     assert store.done_pages(jid) == {0, 1}
     store.start_job(jid, 201, "lite")
@@ -144,26 +148,24 @@ def test_job_lifecycle_pages_and_resume(store: Store) -> None:
         store.start_job(jid, 204, "lite")
     # reprocess clears pages and starts over
     store.reprocess(jid, 300)
-    assert store.done_pages(jid) == set() and store.job(jid).state == JobState.QUEUED
+    assert store.done_pages(jid) == set() and present(store.job(jid)).state == JobState.QUEUED
     c = store.counters()
     assert c["pages_total"] == 3 and c["documents_done_total"] == 1
 
 
 def test_crash_requeue_counts_and_backoff_respected(store: Store) -> None:
-    res = arrive(store, "/in/a.pdf", "a" * 64)
-    jid = res.job.id
+    jid = present(arrive(store, "/in/a.pdf", "a" * 64)).job.id
     store.start_job(jid, 101, "lite")
     job = store.requeue(jid, 102, crashed=True, error_kind="crashed", error="segfault")
     assert job.crashes == 1 and job.error == "segfault"
     store.start_job(jid, 103, "lite")
     store.requeue(jid, 104, not_before=500.0)
     assert store.next_job(499.0) is None
-    assert store.next_job(500.0).id == jid
+    assert present(store.next_job(500.0)).id == jid
 
 
 def test_retry_resets_crashes(store: Store) -> None:
-    res = arrive(store, "/in/a.pdf", "a" * 64)
-    jid = res.job.id
+    jid = present(arrive(store, "/in/a.pdf", "a" * 64)).job.id
     store.start_job(jid, 101, "lite")
     store.requeue(jid, 102, crashed=True)
     store.fail_job(jid, 103, "crashed", "boom")
@@ -172,10 +174,10 @@ def test_retry_resets_crashes(store: Store) -> None:
 
 
 def test_fifo_order(store: Store) -> None:
-    ids = [arrive(store, f"/in/{i}.pdf", str(i) * 64).job.id for i in range(3)]
-    assert store.next_job(1e9).id == ids[0]
+    ids = [present(arrive(store, f"/in/{i}.pdf", str(i) * 64)).job.id for i in range(3)]
+    assert present(store.next_job(1e9)).id == ids[0]
     store.start_job(ids[0], 1, "x")
-    assert store.next_job(1e9).id == ids[1]
+    assert present(store.next_job(1e9)).id == ids[1]
 
 
 def test_readonly_reader_sees_writer(store: Store) -> None:
