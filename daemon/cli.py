@@ -24,6 +24,7 @@ from daemon import __version__
 from daemon.config import (
     Config,
     ConfigError,
+    EngineConfig,
     check_paths,
     load_config,
     parse_page_range,
@@ -200,10 +201,17 @@ def render_status(st: Status) -> str:
     if eng.model_id:
         line += f" ({eng.model_id}"
         line += f", precision {eng.precision})" if eng.precision else ")"
+    runtime, server = eng.details.get("runtime"), eng.details.get("server")
+    if runtime and runtime != "transformers":
+        line += f", runtime {runtime}" + (f" on {server}" if server else "")
     out.append(line)
     if st.fallback_reason:
         out.append(f"  FALLBACK: {st.fallback_reason}")
-        out.append("  fix: `docinbox model pull`, restart, then `docinbox reprocess --all`")
+        if "server" in st.fallback_reason:
+            out.append("  fix: start the MinerU server (docs/scale-out.md); docinbox looks at it "
+                       "every engine.http.reprobe_seconds and switches back by itself")
+        else:
+            out.append("  fix: `docinbox model pull`, restart, then `docinbox reprocess --all`")
     if st.fatal:
         out.append(f"  STOPPED: {st.fatal}")
     w = st.worker
@@ -380,7 +388,13 @@ def cmd_model(args: argparse.Namespace) -> int:
     cfg = load_or_exit(args.config, check=False) if path.exists() else None
     model_id = args.model or (cfg.engine.model if cfg else DEFAULT_MODEL)
     revision = args.revision or (cfg.engine.revision if cfg else None)
+    engine = dataclasses.replace(
+        cfg.engine if cfg else EngineConfig(),
+        **({"runtime": args.runtime} if args.runtime else {}),
+    )
     try:
+        if engine.runtime != "transformers":
+            return _model_runtime(args, engine, model_id)
         if args.model_cmd == "pull":
             where = model.pull(model_id, revision)
             if looks_like_path(model_id) or Path(model_id).expanduser().is_dir():
@@ -412,6 +426,32 @@ def cmd_model(args: argparse.Namespace) -> int:
         return ExitCode.ENGINE_UNAVAILABLE
     except Exception as exc:  # anything else from the hub: a sentence, not a traceback
         print(f"docinbox: {exc}", file=sys.stderr)
+        return ExitCode.ENGINE_UNAVAILABLE
+    return ExitCode.OK
+
+
+def _model_runtime(args: argparse.Namespace, engine: EngineConfig, model_id: str) -> int:
+    """`model pull|info` for the http and llama-cpp runtimes."""
+    from daemon import model
+
+    if args.model_cmd == "pull":
+        if engine.runtime == "http":
+            print("engine.runtime is http: the server holds the weights; nothing to pull here "
+                  "(`docinbox model info` asks it what it serves)")
+            return ExitCode.OK
+        main, mmproj = model.pull_gguf(model_id, engine.llama_cpp)
+        print(f"{model_id}: GGUF pair for llama.cpp:\n  model:  {main}\n  mmproj: {mmproj}")
+        return ExitCode.OK
+    info = model.runtime_info(engine, model_id, try_load=not args.no_load)
+    print(
+        json.dumps(info, indent=2, default=str)
+        if args.json
+        else "\n".join(f"{k}: {v}" for k, v in info.items())
+    )
+    if not info["available"] or info.get("loads") is False:
+        print(f"docinbox: {info['error']}", file=sys.stderr)
+        if info.get("hint"):
+            print(f"fix: {info['hint']}", file=sys.stderr)
         return ExitCode.ENGINE_UNAVAILABLE
     return ExitCode.OK
 
@@ -493,6 +533,12 @@ def build_parser() -> argparse.ArgumentParser:
         m = msub.add_parser(name, parents=[common])
         m.add_argument("--model", help="hub id or local folder (default: engine.model)")
         m.add_argument("--revision")
+        m.add_argument(
+            "--runtime",
+            choices=("transformers", "http", "llama-cpp"),
+            help="transformers weights, llama.cpp's GGUF pair, or ask the http server "
+            "(default: engine.runtime)",
+        )
         if name == "info":
             m.add_argument("--no-load", action="store_true", help="do not try to load it")
             m.add_argument("--json", action="store_true")

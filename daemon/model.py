@@ -1,5 +1,8 @@
 """`docinbox model pull|info`: fetch MinerU weights explicitly, and report on them.
 
+Per `engine.runtime`: transformers weights (a hub snapshot), llama.cpp's GGUF pair, or,
+for `http`, nothing to pull: `info` asks the server which models it serves.
+
 The daemon never downloads weights on its own (see `engines.mineru_model.resolve_weights`);
 these helpers are the one place that goes online. Everything honours the usual Hugging Face
 environment: HF_HOME / HF_HUB_CACHE (where), HF_ENDPOINT (mirror), HF_HUB_OFFLINE (no network),
@@ -10,8 +13,10 @@ plain message (and a hint) instead of printing.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from daemon.engines.http_runtime import choose_model, probe_server
+from daemon.engines.llama_cpp_runtime import gguf_pair_for, pair_in_folder, resolve_gguf
 from daemon.engines.mineru_model import (
     DEFAULT_MODEL,
     commit_of,
@@ -19,7 +24,11 @@ from daemon.engines.mineru_model import (
     looks_like_path,
     resolve_weights,
 )
+from daemon.engines.runtime import PRO_MODEL
 from daemon.errors import EngineUnavailable
+
+if TYPE_CHECKING:
+    from daemon.config import EngineConfig, LlamaCppConfig
 
 
 class ModelError(Exception):
@@ -43,6 +52,11 @@ def pull(model: str = DEFAULT_MODEL, revision: str | None = None) -> Path:
             raise ModelError(f"model folder {model} does not exist")
         return folder.resolve()  # a local folder needs no pull
 
+    return _snapshot(model, revision)
+
+
+def _snapshot(model: str, revision: str | None, files: list[str] | None = None) -> Path:
+    """snapshot_download (only `files`, when given) with its errors in plain words."""
     from huggingface_hub import constants, snapshot_download
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -53,7 +67,9 @@ def pull(model: str = DEFAULT_MODEL, revision: str | None = None) -> Path:
     )
 
     try:
-        return Path(str(snapshot_download(repo_id=model, revision=revision)))
+        return Path(
+            str(snapshot_download(repo_id=model, revision=revision, allow_patterns=files))
+        )
     except LocalEntryNotFoundError as exc:
         # Raised when the hub cannot be reached (or HF_HUB_OFFLINE=1) and nothing is cached.
         if constants.HF_HUB_OFFLINE:
@@ -132,4 +148,90 @@ def info(
                 processor=type(loaded.processor).__name__,
                 image_processor=type(loaded.processor.image_processor).__name__,
             )
+    return result
+
+
+def pull_gguf(model: str, llama: LlamaCppConfig) -> tuple[Path, Path]:
+    """`model pull --runtime llama-cpp`: the GGUF pair (main model + mmproj) llama.cpp
+    runs, MinerU 4's Q8_0 files for MinerU2.5-Pro. Returns the two local paths."""
+    if llama.model is not None:
+        try:
+            return resolve_gguf(model, llama)  # local files: nothing to download
+        except EngineUnavailable as exc:
+            raise ModelError(exc.message, exc.hint) from exc
+    pair = gguf_pair_for(model, llama)
+    if pair is None:
+        raise ModelError(
+            f"no GGUF is known for {model}",
+            hint=f"set engine.model: {PRO_MODEL} (MinerU 4's GGUF pair), or "
+            "engine.llama_cpp.repo to a hub repo holding a MinerU GGUF pair",
+        )
+    files = [pair.model_file, pair.mmproj_file] if pair.model_file else ["*Q8_0.gguf"]
+    folder = _snapshot(pair.repo, None, files)
+    try:
+        return pair_in_folder(folder, pair)
+    except EngineUnavailable as exc:
+        raise ModelError(exc.message, exc.hint) from exc
+
+
+def runtime_info(engine: EngineConfig, model: str, try_load: bool) -> dict[str, Any]:
+    """`model info` for `engine.runtime` http and llama-cpp (transformers: `info`).
+
+    http asks the server (/health, /v1/models) which model it serves; llama-cpp finds the
+    GGUF pair and, with `try_load`, loads it the way the worker would.
+    """
+    if engine.runtime == "http":
+        probe = probe_server(engine.http)
+        result: dict[str, Any] = {
+            "runtime": "http",
+            "server": probe.server,
+            "reachable": probe.reachable,
+            "healthy": probe.healthy,
+            "models": list(probe.models),
+            "model_name": None,
+            "available": False,
+            "error": probe.error,
+            "hint": None,
+        }
+        if probe.reachable and probe.error is None:
+            try:
+                result.update(model_name=choose_model(engine.http, probe), available=True)
+            except EngineUnavailable as exc:
+                result.update(error=exc.message, hint=exc.hint)
+        elif not probe.reachable:
+            result["hint"] = "start the server or fix engine.http.server_url (docs/scale-out.md)"
+        return result
+    result = {
+        "runtime": "llama-cpp",
+        "model": model,
+        "available": False,
+        "model_path": None,
+        "mmproj_path": None,
+        "size_bytes": None,
+        "error": None,
+        "hint": None,
+    }
+    try:
+        main, mmproj = resolve_gguf(model, engine.llama_cpp)
+    except EngineUnavailable as exc:
+        result.update(error=exc.message, hint=exc.hint)
+        return result
+    result.update(
+        available=True,
+        model_path=str(main),
+        mmproj_path=str(mmproj),
+        size_bytes=main.stat().st_size + mmproj.stat().st_size,
+    )
+    if try_load:
+        from daemon.cpus import resolve_threads
+        from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
+
+        threads = resolve_threads(engine.llama_cpp.threads or engine.threads)
+        try:
+            runtime = LlamaCppRuntime(model, engine.llama_cpp, threads, {})
+        except EngineUnavailable as exc:
+            result.update(loads=False, error=exc.message, hint=exc.hint)
+        else:
+            runtime.close()
+            result["loads"] = True
     return result

@@ -9,12 +9,18 @@ CA, and concurrency actually reaching the server.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from PIL import Image
 
 from daemon.config import EngineConfig, EngineHttpConfig, LlamaCppConfig
@@ -24,6 +30,7 @@ from daemon.errors import DocumentError, EngineUnavailable
 from daemon.page import PageInput, PageOptions, no_progress
 from tests.llama_server import (
     MODEL_ID,
+    REPO,
     TINY_BBOX,
     TINY_MAIN,
     TINY_MMPROJ,
@@ -269,3 +276,74 @@ def test_probe_reports_models_and_health(server: LlamaServer) -> None:
     probe = probe_server(EngineHttpConfig(server_url=server.url + "/v1"))
     assert probe.reachable and probe.healthy and probe.error is None
     assert probe.models == (MODEL_ID,)
+
+
+def docinbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", *args],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+    )
+
+
+def engine_config(tmp_path: Path, engine: dict[str, Any]) -> Path:
+    (tmp_path / "inbox").mkdir(exist_ok=True)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"inboxes": ["inbox"], "outbox": "outbox", "engine": engine}))
+    return path
+
+
+def test_model_info_asks_the_http_server(server: LlamaServer, tmp_path: Path) -> None:
+    cfg = engine_config(tmp_path, {"runtime": "http", "http": {"server_url": server.url}})
+    ok = docinbox("model", "info", "--json", "--config", str(cfg))
+    assert ok.returncode == 0, ok.stderr
+    info = json.loads(ok.stdout)
+    assert info["runtime"] == "http" and info["healthy"] is True
+    assert info["models"] == [MODEL_ID] and info["model_name"] == MODEL_ID
+    wrong = engine_config(
+        tmp_path, {"runtime": "http", "http": {"server_url": server.url, "model_name": "x"}}
+    )
+    bad = docinbox("model", "info", "--config", str(wrong))
+    assert bad.returncode == 4
+    assert f"it serves: {MODEL_ID}" in bad.stderr
+    pull = docinbox("model", "pull", "--config", str(cfg))
+    assert pull.returncode == 0 and "nothing to pull" in pull.stdout
+
+
+def test_model_info_loads_the_gguf_pair(tmp_path: Path) -> None:
+    server_binary()
+    llama = {"model": str(TINY_MAIN), "mmproj": str(TINY_MMPROJ), "threads": 1, "parallel": 1}
+    cfg = engine_config(tmp_path, {"runtime": "llama-cpp", "llama_cpp": llama})
+    out = docinbox("model", "info", "--json", "--config", str(cfg))
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["loads"] is True and info["model_path"] == str(TINY_MAIN)
+
+
+def test_model_pull_fetches_the_known_pair_and_the_engine_finds_it(tmp_path: Path) -> None:
+    """The Pro model's pair, as `model pull --runtime llama-cpp` leaves it in the Hugging
+    Face cache (laid out by hand here: the hub is not reachable from the tests). Offline,
+    pull verifies the cached pair, and the engine loads it without any path configured."""
+    server_binary()
+    repo = "jinzhenj/MinerU2.5-Pro-2605-1.2B-GGUF"
+    cache = tmp_path / "hub"
+    store = cache / ("models--" + repo.replace("/", "--"))
+    snap = store / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (store / "refs").mkdir()
+    (store / "refs" / "main").write_text("0" * 40)
+    shutil.copy(TINY_MAIN, snap / "MinerU2.5-Pro-2605-1.2B-Q8_0.gguf")
+    shutil.copy(TINY_MMPROJ, snap / "mmproj-MinerU2.5-Pro-2605-1.2B-Q8_0.gguf")
+    env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    pro = "opendatalab/MinerU2.5-Pro-2605-1.2B"
+    cfg = engine_config(tmp_path, {"model": pro, "runtime": "llama-cpp",
+                                   "llama_cpp": {"threads": 1, "parallel": 1}})
+    pulled = docinbox("model", "pull", "--config", str(cfg), env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert "MinerU2.5-Pro-2605-1.2B-Q8_0.gguf" in pulled.stdout
+    info = docinbox("model", "info", "--json", "--config", str(cfg), env=env)
+    assert json.loads(info.stdout)["loads"] is True, info.stderr
+    # The 2509 model has no published GGUF: a clear refusal, not a download attempt.
+    other = docinbox("model", "pull", "--runtime", "llama-cpp", "--model",
+                     "opendatalab/MinerU2.5-2509-1.2B", "--config", str(cfg), env=env)
+    assert other.returncode == 4 and "no GGUF is known" in other.stderr
