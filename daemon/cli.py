@@ -36,6 +36,7 @@ from daemon.errors import ExitCode
 from daemon.states import JobState
 from daemon.status import Status, collect
 from daemon.store import Job, Store
+from daemon.units import age, gib, mib
 
 log = logging.getLogger("docinbox")
 
@@ -153,25 +154,6 @@ def _open_store(cfg: Config) -> Store:
     return Store(cfg.db_path, readonly=True)
 
 
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 90:
-        return f"{seconds}s"
-    if seconds < 5400:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    return f"{seconds // 86400}d"
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB"
-
-
-def _mib(n: int | None) -> str:
-    return f"{(n or 0) / 2**20:.0f} MiB"
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     cfg = load_or_exit(args.config, check=False)
     store = _open_store(cfg)
@@ -192,7 +174,7 @@ def render_status(st: Status) -> str:
     live = st.live
     out.append(
         f"docinbox {(live.version if live else None) or __version__}: running "
-        f"(pid {live.pid if live else None}, up {_age(st.uptime or 0)})"
+        f"(pid {live.pid if live else None}, up {age(st.uptime or 0)})"
         if st.running
         else "docinbox: NOT running"
     )
@@ -218,9 +200,9 @@ def render_status(st: Status) -> str:
     if st.running:
         beat = w.last_heartbeat_age
         out.append(
-            f"worker:  {w.phase}, RSS {_mib(w.rss)} (peak {_mib(w.peak_rss)}), "
+            f"worker:  {w.phase}, RSS {mib(w.rss)} (peak {mib(w.peak_rss)}), "
             f"{w.restarts or 0} restart(s)"
-            + (f", last heartbeat {_age(beat)} ago" if beat is not None else "")
+            + (f", last heartbeat {age(beat)} ago" if beat is not None else "")
         )
     cur = st.current
     if cur:
@@ -237,7 +219,7 @@ def render_status(st: Status) -> str:
         out.append(
             "queue:   "
             + ", ".join(f"{q.counts.get(s.value, 0)} {s.value}" for s in JobState)
-            + (f"; oldest waiting {_age(queue_age)}" if queue_age is not None else "")
+            + (f"; oldest waiting {age(queue_age)}" if queue_age is not None else "")
         )
         k = q.counters
         out.append(
@@ -247,13 +229,13 @@ def render_status(st: Status) -> str:
     out.append(
         "disk:    "
         + ", ".join(
-            f"{d.name} {'?' if d.free is None else _gib(d.free)} free" for d in st.disks
+            f"{d.name} {'?' if d.free is None else gib(d.free)} free" for d in st.disks
         )
     )
     if st.seconds_per_page is not None:
         eta = st.eta_seconds
         out.append(
-            f"speed:   {st.seconds_per_page:.1f} s/page" + (f"; ETA ~{_age(eta)}" if eta else "")
+            f"speed:   {st.seconds_per_page:.1f} s/page" + (f"; ETA ~{age(eta)}" if eta else "")
         )
     for ib in st.inboxes:
         busy = ""

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.config import Config
+from daemon.errors import hint_for
 from daemon.states import JobState
 from daemon.store import Store, StoreBusy
 
@@ -36,9 +37,14 @@ Scalar = str | int | float | bool | None
 
 # A runtime row older than this (or written by a dead pid) means no daemon is running.
 RUNNING_WITHIN_SECONDS = 60.0
-# Windows over the pages table: the metrics histogram and the seconds-per-page average.
+# Windows over the pages table: the metrics histogram and the seconds-per-page average
+# (also the page's chart).
 RECENT_PAGES = 500
 AVERAGE_PAGES = 200
+# How many of each list a reader gets: enough for a glance, bounded per request.
+RECENT_FAILURES = 5
+RECENT_DONE = 15
+NEXT_QUEUED = 10
 
 
 # -- parsing the loosely typed runtime row (JSON written by another process) ------------
@@ -303,8 +309,13 @@ class Failure:
     job_id: int
     path: str
     kind: str | None
-    error: str | None
+    error: str | None  # the reason in plain words
     when: float | None
+    hint: str  # what to do about it, with the retry command ready to paste
+
+    @property
+    def retry_command(self) -> str:
+        return f"docinbox retry {self.job_id}"
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -313,6 +324,56 @@ class Failure:
             "kind": self.kind,
             "error": self.error,
             "when": self.when,
+            "hint": self.hint,
+            "retry_command": self.retry_command,
+        }
+
+
+@dataclass(frozen=True)
+class QueuedDoc:
+    """A document waiting its turn."""
+
+    job_id: int
+    path: str
+    size: int
+    queued_at: float
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "path": self.path,
+            "size": self.size,
+            "queued_at": self.queued_at,
+        }
+
+
+@dataclass(frozen=True)
+class DoneDoc:
+    """A document converted recently."""
+
+    job_id: int
+    path: str
+    pages: int | None  # in the document
+    pages_done: int  # converted (fewer when `engine.pages` picks some)
+    engine: str | None
+    finished_at: float | None
+    seconds: float | None
+
+    @property
+    def seconds_per_page(self) -> float | None:
+        if self.seconds is None or not self.pages_done:
+            return None
+        return self.seconds / self.pages_done
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "path": self.path,
+            "pages": self.pages,
+            "pages_done": self.pages_done,
+            "engine": self.engine,
+            "finished_at": self.finished_at,
+            "seconds_per_page": self.seconds_per_page,
         }
 
 
@@ -353,6 +414,14 @@ class Queue:
     avg_pages_per_document: float  # over the last 50 done documents (1.0 when none)
     recent_failures: tuple[Failure, ...]
     waiting: tuple[Waiting, ...]
+    next_queued: tuple[QueuedDoc, ...]  # oldest first, up to NEXT_QUEUED
+    recent_done: tuple[DoneDoc, ...]  # newest first, up to RECENT_DONE
+    pages_per_hour: tuple[int, ...]  # the last 24 hours, oldest first
+
+    @property
+    def last_page_seconds(self) -> tuple[float, ...]:
+        """The last AVERAGE_PAGES pages' seconds, oldest first (as a chart reads them)."""
+        return tuple(reversed(self.recent_page_seconds[:AVERAGE_PAGES]))
 
     @property
     def seconds_per_page(self) -> float | None:
@@ -479,6 +548,10 @@ class Status:
             "inboxes": [ib.to_json() for ib in self.inboxes],
             "recent_failures": [f.to_json() for f in q.recent_failures] if q else [],
             "waiting": [wt.to_json() for wt in q.waiting] if q else [],
+            "next_queued": [d.to_json() for d in q.next_queued] if q else [],
+            "recent_documents": [d.to_json() for d in q.recent_done] if q else [],
+            "pages_per_hour": list(q.pages_per_hour) if q else [],
+            "recent_page_seconds": list(q.last_page_seconds) if q else [],
         }
 
 
@@ -495,9 +568,10 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def read_queue(store: Store) -> Queue:
-    done = [j for j in store.jobs(JobState.DONE, limit=50) if j.page_count]
-    avg_pages = sum(j.page_count or 0 for j in done) / len(done) if done else 1.0
+def read_queue(store: Store, now: float) -> Queue:
+    done = store.jobs(JobState.DONE, limit=50)
+    sized = [j for j in done if j.page_count]
+    avg_pages = sum(j.page_count or 0 for j in sized) / len(sized) if sized else 1.0
     return Queue(
         counts=store.counts(),
         counters=store.counters(),
@@ -505,14 +579,33 @@ def read_queue(store: Store) -> Queue:
         recent_page_seconds=tuple(store.page_seconds(limit=RECENT_PAGES)),
         avg_pages_per_document=avg_pages,
         recent_failures=tuple(
-            Failure(j.id, j.source_path, j.error_kind, j.error, j.finished_at)
-            for j in store.jobs(JobState.FAILED, limit=5)
+            Failure(
+                j.id,
+                j.source_path,
+                j.error_kind,
+                j.error,
+                j.finished_at,
+                hint_for(j.error_kind or "", j.id),
+            )
+            for j in store.jobs(JobState.FAILED, limit=RECENT_FAILURES)
         ),
         waiting=tuple(
             Waiting(j.id, j.source_path, j.error, j.not_before)
             for j in store.jobs(JobState.QUEUED, limit=200)
             if j.error
         ),
+        next_queued=tuple(
+            QueuedDoc(j.id, j.source_path, j.size, j.created_at)
+            for j in store.jobs(JobState.QUEUED, limit=NEXT_QUEUED, newest_first=False)
+        ),
+        recent_done=tuple(
+            DoneDoc(
+                j.id, j.source_path, j.page_count, j.pages_done, j.engine, j.finished_at,
+                j.seconds,
+            )
+            for j in done[:RECENT_DONE]
+        ),
+        pages_per_hour=tuple(store.pages_per_hour(now)),
     )
 
 
@@ -552,7 +645,7 @@ def collect(
         try:
             rt = store.runtime()
             recorded_live = Live.from_runtime(rt) if rt else None
-            queue = read_queue(store)
+            queue = read_queue(store, now)
         except (sqlite3.Error, StoreBusy, ValueError) as exc:
             queue = None
             store_error = f"cannot read {cfg.db_path}: {exc}"

@@ -31,7 +31,7 @@ import sqlite_utils
 
 from daemon.states import JobState, check_transition
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 60_000
 
 
@@ -65,6 +65,7 @@ class Job:
     # Where the original is now when it is no longer at source_path (archive/ or failed/);
     # retry and reprocess read it from there.
     held_path: str | None = None
+    seconds: float | None = None  # time spent converting, once done
 
     @property
     def read_path(self) -> str:
@@ -95,6 +96,7 @@ class Job:
             output_dir=row["output_dir"],
             size=row["size"],
             held_path=row["held_path"],
+            seconds=row["seconds"],
         )
 
 
@@ -187,6 +189,10 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )
         """,
     ),
+    # 1 -> 2: the status page reads the newest pages (throughput over 24 h, seconds per
+    # page over the last pages) on every refresh; without an index each read sorts the
+    # whole pages table, which only ever grows.
+    ("CREATE INDEX pages_done_at ON pages(done_at)",),
 ]
 
 # What the code needs, checked after migrating: a database file from elsewhere (another
@@ -628,6 +634,20 @@ class Store:
             "SELECT seconds FROM pages ORDER BY done_at DESC LIMIT ?", (limit,)
         ).fetchall()
         return [float(r[0]) for r in rows]
+
+    def pages_per_hour(self, now: float, hours: int = 24) -> list[int]:
+        """Pages finished in each of the last `hours` hours, oldest first; the last
+        bucket ends at `now`."""
+        since = now - hours * 3600
+        out = [0] * hours
+        rows = self.conn.execute(
+            "SELECT CAST((done_at - ?) / 3600 AS INTEGER), COUNT(*) FROM pages "
+            "WHERE done_at > ? AND done_at <= ? GROUP BY 1",
+            (since, since, now),
+        ).fetchall()
+        for bucket, n in rows:
+            out[min(max(int(bucket), 0), hours - 1)] += int(n)
+        return out
 
     # -- runtime facts (for `status` from another process) ------------------------------
 
