@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType
 
 from daemon import __version__, outbox
-from daemon.config import Config, ConfigError, check_paths, load_config
+from daemon.config import Config, ConfigError, check_paths, http_token, load_config
 from daemon.display import safe_display
 from daemon.errors import ExitCode
 from daemon.httpserver import HttpServer, start_http_server
@@ -142,7 +142,9 @@ class Daemon:
         self.live = self.take_live(now)  # the HTTP thread may ask before the first tick
         if self.cfg.http.enabled:
             try:
-                self.http = start_http_server(self.cfg, self.current_live)
+                self.http = start_http_server(
+                    self.cfg, self.current_live, token=http_token(self.cfg.http)
+                )
             except OSError as exc:
                 # A port clash must not stop document processing; say so and go on.
                 log.error("health endpoint not started on %s:%d: %s", self.cfg.http.host,

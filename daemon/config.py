@@ -34,6 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from daemon.auth import is_loopback
 from daemon.config_schema import (
     declared,
     key_homes,
@@ -546,11 +547,29 @@ class LoggingConfig:
 
 @settings
 class HttpConfig:
-    enabled: bool = setting(default=False, parse=p_bool, doc="serve `/healthz` and `/metrics`")
+    enabled: bool = setting(
+        default=False, parse=p_bool, doc="serve the status page, `/healthz` and `/metrics`"
+    )
     host: str = setting(
-        default="127.0.0.1", parse=p_text, doc="address to listen on (no authentication)"
+        default="127.0.0.1",
+        parse=p_text,
+        doc="address to listen on; anything but loopback needs `http.token` or `token_file`",
     )
     port: int = setting(default=8731, parse=p_int(1, 65535), doc="TCP port")
+    token: str | None = setting(
+        default=None,
+        parse=p_text,
+        nullable=True,
+        secret=True,
+        doc="required to open the page, `/status.json` and documents (not `/healthz`, "
+        "`/metrics`)",
+    )
+    token_file: Path | None = setting(
+        default=None,
+        parse=p_path,
+        nullable=True,
+        doc="a file holding the token instead (e.g. a systemd credential)",
+    )
 
 
 def _p_inboxes(ctx: Ctx, key: str, value: Any) -> Any:
@@ -690,9 +709,45 @@ def load_config(path: Path) -> Config:
         raise ConfigError(ctx.problems)
 
     kwargs = read_fields(ctx, "", data, Config)
+    if kwargs is not None and isinstance(kwargs.get("http"), HttpConfig):
+        _check_http(ctx, kwargs["http"])
     if ctx.problems or kwargs is None:
         raise ConfigError(ctx.sorted_problems() + _folder_problems_too(ctx, data, path))
     return Config(**kwargs, source=path)
+
+
+def _check_http(ctx: Ctx, http: HttpConfig) -> None:
+    """The status page shows document names and contents: off loopback it needs a
+    token, and a token file must be readable now rather than at the first request."""
+    if http.token is not None and http.token_file is not None:
+        ctx.problem("http.token_file", "set either http.token or http.token_file, not both")
+        return
+    try:
+        token = http_token(http)
+    except OSError as exc:
+        ctx.problem(
+            "http.token_file",
+            f"cannot read {http.token_file}: {exc.strerror or exc}",
+            "make it readable by the user docinbox runs as",
+        )
+        return
+    if http.token_file is not None and not token:
+        ctx.problem("http.token_file", f"{http.token_file} is empty", "write the token into it")
+        return
+    if http.enabled and not token and not is_loopback(http.host):
+        ctx.problem(
+            "http.host",
+            f"{http.host!r} is reachable from other machines, and the status page shows "
+            "document names and contents",
+            "set http.token (or http.token_file), or bind to 127.0.0.1",
+        )
+
+
+def http_token(http: HttpConfig) -> str | None:
+    """The token the status page requires, or None (read from `token_file` if set)."""
+    if http.token_file is not None:
+        return http.token_file.read_text(encoding="utf-8").strip() or None
+    return http.token
 
 
 _FOLDER_KEYS: Final = ("outbox", "archive", "failed", "duplicates", "state_dir")

@@ -318,7 +318,7 @@ def test_dead_inbox_observer_is_degraded(store: Store, start: Start, cfg: Config
 
 def test_other_paths_are_404_and_other_methods_405(store: Store, start: Start) -> None:
     srv = start()
-    assert get(srv, "/")[0] == 404
+    assert get(srv, "/index.html")[0] == 404  # "/" is the status page (test_statuspage.py)
     assert get(srv, "/healthz/extra")[0] == 404
     assert get(srv, "/metrics?name[]=x")[0] == 200  # Prometheus may add query strings
     assert get(srv, "/healthz", method="POST")[0] == 405

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
-from daemon.config import Config
+from daemon.config import Config, ConfigError, http_token, load_config, redacted_dict
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.status import collect
 from daemon.store import Store
@@ -183,3 +184,43 @@ def test_token_guards_page_json_and_documents_but_not_monitoring(
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert request(guarded, "/status.json", headers=bearer)[0] == 200
     assert request(guarded, "/status.json", headers={"Authorization": "Bearer nope"})[0] == 401
+
+
+# -- configuration ----------------------------------------------------------------------
+
+
+def load_http(tmp_path: Path, **http: object) -> Config:
+    (tmp_path / "inbox").mkdir(exist_ok=True)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"inboxes": ["inbox"], "outbox": "outbox", "http": http}))
+    return load_config(path)
+
+
+def problems(tmp_path: Path, **http: object) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_http(tmp_path, **http)
+    return "\n".join(str(p) for p in err.value.problems)
+
+
+def test_check_config_refuses_a_network_bind_without_a_token(tmp_path: Path) -> None:
+    text = problems(tmp_path, enabled=True, host="0.0.0.0")
+    assert "http.host" in text and "http.token" in text
+    assert "http.host" in problems(tmp_path, enabled=True, host="192.168.1.20")
+    # loopback needs none; a token opens any address; a disabled server needs nothing
+    assert load_http(tmp_path, enabled=True, host="::1").http.token is None
+    assert load_http(tmp_path, enabled=True, host="localhost").http.enabled
+    guarded = load_http(tmp_path, enabled=True, host="0.0.0.0", token=TOKEN)
+    assert http_token(guarded.http) == TOKEN
+    assert TOKEN not in yaml.safe_dump(redacted_dict(guarded))
+    assert not load_http(tmp_path, enabled=False, host="0.0.0.0").http.enabled
+
+
+def test_token_file(tmp_path: Path) -> None:
+    secret = tmp_path / "token"
+    secret.write_text(TOKEN + "\n")
+    from_file = load_http(tmp_path, enabled=True, host="0.0.0.0", token_file=str(secret))
+    assert http_token(from_file.http) == TOKEN
+    assert "cannot read" in problems(tmp_path, enabled=True, token_file="missing")
+    secret.write_text("\n")
+    assert "empty" in problems(tmp_path, enabled=True, token_file=str(secret))
+    assert "not both" in problems(tmp_path, token="x", token_file=str(secret))
