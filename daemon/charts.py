@@ -18,6 +18,7 @@ PAD_LEFT, PAD_BOTTOM, PAD_TOP = 44, 18, 8
 BAR = "#3b82c4"
 LINE = "#c46a3b"
 AXIS = "#888888"
+DOTS_UP_TO = 40
 
 
 def _frame(label: str, body: list[str], top: str, bottom_left: str, bottom_right: str) -> Markup:
@@ -98,10 +99,15 @@ def seconds_per_page(seconds: Sequence[float]) -> Markup:
             f'<polyline class="line" points="{points}" fill="none" stroke="{LINE}" '
             'stroke-width="1.5"/>'
         )
+        if n <= DOTS_UP_TO:  # a few points: a line alone would hide them (or be invisible)
+            for xy in points.split():
+                x, y = xy.split(",")
+                body.append(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{LINE}"/>')
+    plural = "page" if n == 1 else "pages"
     return _frame(
-        f"Seconds per page over the last {n} pages",
+        f"Seconds per page over the last {n} {plural}",
         body,
         _num(top) + " s",
-        f"{n} pages ago" if n else "no pages yet",
+        f"{n} {plural} ago" if n else "no pages yet",
         "latest",
     )

@@ -21,8 +21,9 @@ ldconfig -p | grep -q "libGL.so.1 " || need_apt+=(libgl1)
 ldconfig -p | grep -q "libglib-2.0.so.0 " || need_apt+=(libglib2.0-0)
 if [[ $DEV -eq 1 ]]; then
   # Real writers and a FUSE mount for the integration tests (see docs/reliability.md);
-  # openssl makes the throw-away CA of the http runtime's TLS test.
-  for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl openssl; do
+  # openssl makes the throw-away CA of the http runtime's TLS test; chromium loads the
+  # status page headless (tests/test_statuspage_browser.py).
+  for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl openssl chromium; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
   done
 fi
