@@ -99,6 +99,7 @@ class FakeWorker:
                 raise AssertionError(f"unexpected request {msg!r}")
 
     def fail(self, msg: Request, kind: str, message: str) -> None:
+        assert not isinstance(msg, Stop), "a stop carries no document to fail"
         self.send(DocError(msg.job_id, kind, message))
 
     def take(self) -> Request:

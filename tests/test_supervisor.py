@@ -24,7 +24,7 @@ from daemon.publish import Publisher
 from daemon.states import TERMINAL, JobState
 from daemon.store import Store, StoreBusy
 from daemon.supervisor import Phase, Supervisor, exit_reason
-from tests.conftest import write_config
+from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf
 from tests.fakeworker import FakeContext, FakeWorker
 
@@ -77,8 +77,8 @@ def fault_engine(**options: Any) -> dict[str, Any]:
 def test_processes_a_document_page_by_page(tmp_path: Path) -> None:
     cfg, store, sup, clock = setup(tmp_path)
     jid = queue_pdf(cfg, store, clock, "a.pdf", pages=3)
-    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
-    job = store.job(jid)
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
+    job = present(store.job(jid))
     assert job.page_count == 3 and job.pages_done == 3 and job.attempts == 1
     assert (cfg.outbox / "a" / "a.md").exists()
     assert (cfg.archive / "a.pdf").exists()
@@ -96,19 +96,19 @@ def test_page_deadline_kills_the_worker_and_fails_the_document(tmp_path: Path) -
     )
     jid = queue_pdf(cfg, store, clock, "slow.pdf")
     drive(sup, clock, lambda: any(marker.iterdir()))  # the worker is inside the hung page
-    pid = sup.proc.pid
+    pid = present(sup.proc).pid
     clock.now += 899  # not yet
     sup.tick(clock.now)
     assert sup.proc is not None and sup.proc.pid == pid
     clock.now += 2
     sup.tick(clock.now)
-    job = store.job(jid)
+    job = present(store.job(jid))
     assert job.state == JobState.FAILED and job.error_kind == "timeout"
-    assert "page 1 took longer than limits.page_timeout_seconds (900 s)" in job.error
+    assert "page 1 took longer than limits.page_timeout_seconds (900 s)" in present(job.error)
     assert (cfg.failed / "slow.pdf.error.json").exists()
     # the next document gets a fresh worker (the hang fault fired its one time)
     jid2 = queue_pdf(cfg, store, clock, "next.pdf")
-    drive(sup, clock, lambda: store.job(jid2).state == JobState.DONE)
+    drive(sup, clock, lambda: present(store.job(jid2)).state == JobState.DONE)
     stop(sup, clock)
 
 
@@ -121,18 +121,18 @@ def test_crash_backoff_and_give_up_after_max_attempts(tmp_path: Path) -> None:
                 "restart_backoff_max_seconds": 15},
     )
     jid = queue_pdf(cfg, store, clock, "poison.pdf")
-    drive(sup, clock, lambda: store.job(jid).crashes == 1)
+    drive(sup, clock, lambda: present(store.job(jid)).crashes == 1)
     assert sup.phase == Phase.DOWN and sup.restart_at == clock.now + 10
     sup.tick(clock.now + 9)
     assert sup.proc is None  # still backing off
     clock.now += 10
-    drive(sup, clock, lambda: store.job(jid).crashes == 2)
+    drive(sup, clock, lambda: present(store.job(jid)).crashes == 2)
     assert sup.restart_at == clock.now + 15  # doubled, capped by restart_backoff_max
     clock.now += 15
-    drive(sup, clock, lambda: store.job(jid).state == JobState.FAILED)
-    job = store.job(jid)
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.FAILED)
+    job = present(store.job(jid))
     assert job.error_kind == "crashed" and job.crashes == 3
-    assert "exited with status 77" in job.error and "3 times" in job.error
+    assert "exited with status 77" in present(job.error) and "3 times" in present(job.error)
     stop(sup, clock)
 
 
@@ -141,10 +141,10 @@ def test_fallback_engine_when_the_configured_one_cannot_load(tmp_path: Path) -> 
     engine["fallback_engine"] = "lite"
     cfg, store, sup, clock = setup(tmp_path, engine=engine)
     jid = queue_pdf(cfg, store, clock, "a.pdf")
-    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
     assert sup.engine_name == "lite"
     assert "weights are missing" in (sup.fallback_reason or "")
-    assert store.job(jid).engine == "lite"
+    assert present(store.job(jid)).engine == "lite"
     stop(sup, clock)
 
 
@@ -158,10 +158,10 @@ def test_no_fallback_is_fatal_with_the_hint(tmp_path: Path) -> None:
 def test_worker_is_recycled_after_n_documents(tmp_path: Path) -> None:
     cfg, store, sup, clock = setup(tmp_path, worker={"recycle_after_documents": 1})
     a = queue_pdf(cfg, store, clock, "a.pdf")
-    drive(sup, clock, lambda: store.job(a).state == JobState.DONE)
+    drive(sup, clock, lambda: present(store.job(a)).state == JobState.DONE)
     first = sup.proc.pid if sup.proc else None
     b = queue_pdf(cfg, store, clock, "b.pdf")
-    drive(sup, clock, lambda: store.job(b).state == JobState.DONE)
+    drive(sup, clock, lambda: present(store.job(b)).state == JobState.DONE)
     assert sup.proc is not None and sup.proc.pid != first
     assert sup.consecutive_failures == 0
     stop(sup, clock)
@@ -175,8 +175,8 @@ def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(tmp_path: Path) -
         worker={"max_rss_mb": 600},
     )
     jid = queue_pdf(cfg, store, clock, "big.pdf", pages=3)
-    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
-    job = store.job(jid)
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
+    job = present(store.job(jid))
     assert job.pages_done == 3 and job.crashes == 0
     assert sup.restarts >= 1  # recycled after the page that grew past max_rss_mb
     stop(sup, clock)
@@ -189,7 +189,7 @@ def test_heartbeat_timeout_counts_as_a_crash(tmp_path: Path) -> None:
     # Really silence the worker (a frozen process, as a wedged NFS read would leave it):
     # moving the made-up clock alone races the real heartbeat thread, whose next message
     # would count as a fresh heartbeat at the new time.
-    os.kill(sup.proc.pid, signal.SIGSTOP)
+    os.kill(present(sup.proc.pid), signal.SIGSTOP)
     while sup.conn.poll(0.2):  # heartbeats already on the pipe arrive at the old time
         sup.tick(clock.now)
     clock.now += 29
@@ -216,7 +216,7 @@ def test_stop_lets_the_page_finish_then_requeues(tmp_path: Path, stop_mid_page: 
     drive(sup, clock, lambda: sup.current is not None and sup.current.page_idx is not None)
     sup.request_stop(clock.now)
     drive(sup, clock, lambda: sup.stopped)
-    job = store.job(jid)
+    job = present(store.job(jid))
     assert job.state == JobState.QUEUED and job.pages_done >= 1 and job.crashes == 0
 
 
@@ -243,8 +243,8 @@ def test_a_page_finished_while_the_database_is_locked_is_recorded_after(
     assert sup.pending is not None  # the finished page waits, it is not dropped
     other.execute("COMMIT")
     other.close()
-    drive(sup, clock, lambda: store.job(jid).state == JobState.DONE)
-    job = store.job(jid)
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
+    job = present(store.job(jid))
     assert job.pages_done == 2 and job.crashes == 0 and job.error is None
     # each page recorded once: the replay did not count the page twice
     assert store.counters()["pages_total"] == 2
@@ -281,14 +281,14 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
 
     try:
         a = queue_pdf(cfg, store, clock, "a.pdf")
-        run_until(lambda: store.job(a).state == JobState.FAILED)
-        job = store.job(a)
+        run_until(lambda: present(store.job(a)).state == JobState.FAILED)
+        job = present(store.job(a))
         assert job.error_kind == "engine_error"
-        assert "internal error in docinbox: RuntimeError: boom" in job.error
+        assert "internal error in docinbox: RuntimeError: boom" in present(job.error)
         assert (cfg.failed / "a.pdf.error.json").exists()
         monkeypatch.undo()  # the bug is fixed; the daemon was never down
         b = queue_pdf(cfg, store, clock, "b.pdf")
-        run_until(lambda: store.job(b).state == JobState.DONE)
+        run_until(lambda: present(store.job(b)).state == JobState.DONE)
     finally:
         sup.request_stop(clock.now)
         run_until(lambda: sup.stopped)
@@ -482,7 +482,7 @@ def test_sigterm_stops_the_worker_however_the_document_ends(
     pages.update({a: 2, b_id: 1})
     bench.step_until(lambda: bool(bench.ctx.workers and bench.worker.held))
     req = bench.worker.take()  # page 2 of `a` is in the engine
-    assert store.job(a).pages_done == 1
+    assert present(store.job(a)).pages_done == 1
 
     if when == "before":
         bench.sup.request_stop(clock.now)
@@ -502,10 +502,10 @@ def test_sigterm_stops_the_worker_however_the_document_ends(
     state, kind, kept, crashes = EXPECTED[ending]
     if ending == "deadline_kill" and when == "after":
         state, kind = JobState.FAILED, "timeout"  # the deadline passed before the stop
-    job = store.job(a)
+    job = present(store.job(a))
     assert (job.state, job.error_kind, job.pages_done, job.crashes) == (
         state, kind, kept, crashes), job
-    other = store.job(b_id)
+    other = present(store.job(b_id))
     assert other.state == JobState.QUEUED and other.pages_done == 0
     assert not [j for j in store.jobs() if j.state == JobState.RUNNING]
 
@@ -517,8 +517,8 @@ def test_sigterm_stops_the_worker_however_the_document_ends(
     bench.step_until(lambda: all(j.state in TERMINAL for j in store.jobs()))
     asked = bench.worker.page_requests(a)
     if state == JobState.QUEUED:
-        assert store.job(a).state == JobState.DONE
+        assert present(store.job(a)).state == JobState.DONE
         assert asked == list(range(kept, 2)), asked  # resumes at the first missing page
     else:
-        assert store.job(a).state == state and asked == []  # finished is finished
+        assert present(store.job(a)).state == state and asked == []  # finished is finished
     assert bench.worker.page_requests(b_id) == [0]
