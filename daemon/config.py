@@ -93,6 +93,15 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     "*.webp",
     "*.bmp",
     "*.gif",
+    "*.heic",
+    "*.heif",
+    "*.avif",
+    "*.jp2",
+    "*.j2k",
+    "*.pnm",
+    "*.pbm",
+    "*.pgm",
+    "*.ppm",
 )
 
 

@@ -43,8 +43,18 @@ _IMAGE_SIGNATURES: tuple[tuple[bytes, str], ...] = (
     (b"GIF87a", "GIF"),
     (b"GIF89a", "GIF"),
     (b"BM", "BMP"),
+    (b"\x00\x00\x00\x0cjP  \r\n\x87\n", "JPEG2000"),  # JP2 container
+    (b"\xffO\xffQ", "JPEG2000"),  # bare J2K codestream
 )
-SUPPORTED_IMAGE_FORMATS = frozenset({"PNG", "JPEG", "TIFF", "WEBP", "BMP", "GIF"})
+# ISO base media files (HEIF, AVIF) name their brand after "ftyp" at offset 4.
+_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm",
+                          b"hevs", b"mif1", b"msf1"})
+_AVIF_BRANDS = frozenset({b"avif", b"avis"})
+# Netpbm: "P1".."P6" then whitespace (PBM, PGM, PPM in ASCII or binary).
+_PNM_MAGIC = tuple(f"P{n}".encode() for n in range(1, 7))
+SUPPORTED_IMAGE_FORMATS = frozenset(
+    {"PNG", "JPEG", "TIFF", "WEBP", "BMP", "GIF", "HEIF", "AVIF", "JPEG2000", "PPM"}
+)
 
 # What a file's extension claims: the format the content must then have.
 _EXTENSION_FORMAT: dict[str, str] = {
@@ -59,10 +69,40 @@ _EXTENSION_FORMAT: dict[str, str] = {
     ".bmp": "BMP",
     ".dib": "BMP",
     ".gif": "GIF",
+    ".heic": "HEIF",
+    ".heif": "HEIF",
+    ".hif": "HEIF",
+    ".avif": "AVIF",
+    ".jp2": "JPEG2000",
+    ".j2k": "JPEG2000",
+    ".j2c": "JPEG2000",
+    ".jpf": "JPEG2000",
+    ".jpx": "JPEG2000",
+    ".pnm": "PPM",
+    ".pbm": "PPM",
+    ".pgm": "PPM",
+    ".ppm": "PPM",
 }
 # The usual extension of each format, for the "rename it to" hint.
 _FORMAT_EXTENSION = {"PDF": ".pdf", "PNG": ".png", "JPEG": ".jpg", "TIFF": ".tif",
-                     "WEBP": ".webp", "BMP": ".bmp", "GIF": ".gif"}
+                     "WEBP": ".webp", "BMP": ".bmp", "GIF": ".gif", "HEIF": ".heic",
+                     "AVIF": ".avif", "JPEG2000": ".jp2", "PPM": ".pnm"}
+
+
+def _register_plugins() -> None:
+    """HEIF/HEIC (what iPhones save) through pillow-heif; AVIF is built into Pillow >= 11.3.
+
+    Registered once per process that reads images (the worker); without pillow-heif such
+    files fail with a reason that names the package instead of "not a supported image".
+    """
+    try:
+        import pillow_heif
+    except ImportError:
+        return
+    pillow_heif.register_heif_opener()
+
+
+_register_plugins()
 
 # Pillow raises a mix of these for damaged image data; none of them means anything else.
 DECODE_ERRORS = (OSError, SyntaxError, ValueError, EOFError, IndexError, KeyError)
@@ -73,7 +113,7 @@ class DocumentInfo:
     """What `inspect` learnt about a readable document."""
 
     kind: DocKind
-    format: str  # "PDF", "PNG", "JPEG", "TIFF", "WEBP", "BMP", "GIF"
+    format: str  # "PDF", "PNG", "JPEG", "TIFF", "WEBP", "BMP", "GIF", "HEIF", "AVIF", ...
     page_count: int
     # The password that opened an encrypted PDF ("" or None when none was needed).
     # repr=False keeps it out of logs and tracebacks that print this object.
@@ -89,6 +129,16 @@ def sniff(head: bytes) -> tuple[DocKind, str] | None:
         return "pdf", "PDF"
     if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
         return "image", "WEBP"
+    if head[4:8] == b"ftyp":
+        brand = head[8:12]
+        if brand in _AVIF_BRANDS:
+            return "image", "AVIF"
+        if brand in _HEIF_BRANDS:
+            # "mif1" is the generic HEIF brand; an AVIF file may list it first.
+            compatible = {head[i : i + 4] for i in range(16, min(len(head), 64), 4)}
+            return "image", "AVIF" if compatible & _AVIF_BRANDS else "HEIF"
+    if head[:2] in _PNM_MAGIC and head[2:3].isspace():
+        return "image", "PPM"
     for signature, fmt in _IMAGE_SIGNATURES:
         if head.startswith(signature):
             return "image", fmt
@@ -301,7 +351,22 @@ def check_pixels(im: Image.Image, limit: int) -> None:
         raise _bomb(width, height, limit)
 
 
+def _missing_decoder(fmt: str) -> str | None:
+    """What to install when this Pillow cannot decode `fmt`, or None when it can."""
+    Image.init()  # Pillow registers its format plugins lazily
+    if fmt == "HEIF" and "HEIF" not in Image.OPEN:
+        return "HEIF/HEIC images need the pillow-heif package (pip install pillow-heif)"
+    if fmt == "AVIF" and "AVIF" not in Image.OPEN:
+        return "AVIF images need Pillow >= 11.3 built with libavif (pip install -U pillow)"
+    if fmt == "JPEG2000" and "JPEG2000" not in Image.OPEN:
+        return "JPEG 2000 images need a Pillow built with OpenJPEG (pip install -U pillow)"
+    return None
+
+
 def _inspect_image(path: Path, fmt: str, limits: LimitsConfig) -> DocumentInfo:
+    missing = _missing_decoder(fmt)
+    if missing is not None:
+        raise DocumentError(FailureKind.UNSUPPORTED, missing)
     with open_image(path, limits.max_image_pixels) as im:
         if im.format is not None and im.format.upper() not in SUPPORTED_IMAGE_FORMATS:
             raise DocumentError(
