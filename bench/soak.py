@@ -346,10 +346,10 @@ def verify(root: Path, inputs: list[Input], exit_code: int) -> list[str]:
         if states != want:
             problems.append(f"content of {key}: states {states}, expected {want}")
         for m in members:
-            j = done_by_name.get(m.name)
-            if j is None:
+            done = done_by_name.get(m.name)
+            if done is None:
                 continue
-            problems += check_output(root, m, j)
+            problems += check_output(root, m, done)
         for m in members:
             js = by_source.get(str(inbox / m.name), [])
             if js and js[0]["state"] == "duplicate" and not (root / "duplicates" / m.name).exists():
