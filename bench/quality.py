@@ -46,9 +46,9 @@ try:  # the page-contract split; older checkouts had one render/output module
     from daemon.raster import render_page
     from daemon.sniff import inspect as inspect_document
 except ImportError:
-    from daemon.engines.base import PageOptions, no_progress  # type: ignore[no-redef]
-    from daemon.output import pages_to_markdown  # type: ignore[no-redef]
-    from daemon.render import inspect as inspect_document  # type: ignore[no-redef]
+    from daemon.engines.base import PageOptions, no_progress  # type: ignore[no-redef,import-not-found]
+    from daemon.output import pages_to_markdown  # type: ignore[no-redef,import-not-found]
+    from daemon.render import inspect as inspect_document  # type: ignore[no-redef,import-not-found]
     from daemon.render import render_page  # type: ignore[no-redef]
 
 
