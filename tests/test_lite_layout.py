@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docgen
 import pytest
 from PIL import Image
 
@@ -34,6 +33,7 @@ from daemon.page import (
     PageResult,
     no_progress,
 )
+from tests import docgen
 
 LEFT = [f"Left column line {i} reads down" for i in range(1, 11)]
 RIGHT = [f"Right column line {i} comes after" for i in range(1, 11)]
