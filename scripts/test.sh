@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
 .venv/bin/ruff check .
-.venv/bin/mypy daemon
+.venv/bin/mypy daemon tests bench
 .venv/bin/python -m pytest "$@"
