@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import docgen
 import pytest
 from PIL import Image
 
@@ -16,6 +15,7 @@ from daemon import sniff
 from daemon.config import DEFAULT_PATTERNS, LimitsConfig
 from daemon.errors import DocumentError, FailureKind
 from daemon.raster import render_page
+from tests import docgen
 
 LINES = ["Invoice 2024-117", "Total due 348.20 EUR"]
 
