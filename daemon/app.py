@@ -25,11 +25,12 @@ from daemon.config import Config, ConfigError, check_paths, http_token, load_con
 from daemon.display import safe_display
 from daemon.errors import ExitCode
 from daemon.httpserver import HttpServer, start_http_server
-from daemon.ingest import Ingestor
+from daemon.ingest import Ingestor, IngestRetries
 from daemon.notify import Notifier
 from daemon.publish import Publisher
+from daemon.reminder import Reminder
 from daemon.status import InboxFacts, Live
-from daemon.store import SchemaError, Store, StoreBusy
+from daemon.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.supervisor import Phase, Supervisor
 from daemon.watcher import Watcher
 
@@ -115,6 +116,11 @@ class Daemon:
         self.next_runtime = 0.0
         self.stop_requested = False
         self.reload_requested = False
+        self.retries = IngestRetries()
+        # Lasting problems are logged once, then once a minute, not on every tick.
+        self.state_disk = Reminder(log)
+        self.db_busy = Reminder(log)
+        self.status_unrecorded = Reminder(log)
         self.started_wall = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -196,31 +202,59 @@ class Daemon:
                 self.notifier.ready(self.status_line())
         try:
             if not self.supervisor.stopping:
-                ready = self.watcher.tick(now)
-                for i, (inbox, path) in enumerate(ready):
-                    try:
-                        self.ingestor.ingest(inbox, path)
-                    except (StoreBusy, sqlite3.OperationalError):
-                        # The watcher reports a file once per change: hand this one and
-                        # the rest of the batch back, or they would wait for a restart.
-                        for _, p in ready[i:]:
-                            self.watcher.forget(p)
-                        raise
-                    except Exception:
-                        # One odd file must never stop the daemon; the next rescan retries.
-                        log.exception("could not ingest %s", safe_display(path))
-                        self.watcher.forget(path)
+                self._ingest(now)
             self.supervisor.tick(now)
+        except StoreFull as exc:
+            self._state_full(now, exc)
         except (StoreBusy, sqlite3.OperationalError) as exc:
             # Another process held the database longer than the busy timeout: wait, retry.
-            log.warning("database busy (%s); will retry", exc)
+            self.db_busy.problem(now, f"database busy ({exc}); will retry")
         except Exception as exc:
             # A bug of ours must not take the daemon down: under systemd it would restart,
             # resume the same document, hit the same bug, forever. The document in
             # progress is failed with the reason instead, and the daemon goes on.
             log.exception("internal error while handling documents")
             self.supervisor.internal_error(now, exc)
+        else:
+            self.db_busy.resolved(now, "the database takes writes again")
+            if not self.retries:  # each file turned away was recorded after all
+                self.state_disk.resolved(now, "the state disk has space again; new files "
+                                         "are recorded")
         self._report(now)
+
+    def _ingest(self, now: float) -> None:
+        assert self.watcher and self.ingestor
+        # Files a full disk or a locked database turned away first, then the new ones.
+        batch = {path: inbox for inbox, path in self.retries.due(now)}
+        batch.update((path, inbox) for inbox, path in self.watcher.tick(now))
+        ready = [(inbox, path) for path, inbox in batch.items()]
+        for i, (inbox, path) in enumerate(ready):
+            try:
+                self.ingestor.ingest(inbox, path)
+            except (StoreBusy, sqlite3.OperationalError) as exc:
+                # Not the file's fault: it and the rest of the batch are offered again
+                # in seconds (the watcher would only report them again on a rescan).
+                for item in ready[i:]:
+                    self.retries.add(*item, now)
+                if isinstance(exc, StoreFull):
+                    self._state_full(now, exc)
+                else:
+                    self.db_busy.problem(now, f"database busy ({exc}); new files wait")
+                return
+            except Exception:
+                # One odd file must never stop the daemon; the next rescan retries.
+                log.exception("could not ingest %s", safe_display(path))
+                self.watcher.forget(path)
+            self.retries.discard(path)
+
+    def _state_full(self, now: float, exc: StoreFull) -> None:
+        self.state_disk.problem(
+            now,
+            f"the state disk is full ({safe_display(self.cfg.state_dir)}: {exc}): cannot "
+            f"record new files; freeing space resumes them"
+            + (f" ({len(self.retries)} waiting)" if self.retries else ""),
+            logging.ERROR,
+        )
 
     def _report(self, now: float) -> None:
         assert self.supervisor and self.store and self.watcher
@@ -236,7 +270,9 @@ class Daemon:
         try:
             self.store.set_runtime(live.to_runtime())
         except (StoreBusy, sqlite3.OperationalError) as exc:
-            log.warning("could not record status (%s)", exc)
+            self.status_unrecorded.problem(now, f"could not record status ({exc})")
+        else:
+            self.status_unrecorded.resolved(now, "status recorded again")
         if self.ready_sent:
             self.notifier.status(self.status_line())
 
@@ -319,6 +355,7 @@ class Daemon:
         # next document boundary to pick them up
         self.supervisor.update_config(new)
         self.watcher.replace_inboxes(new.inboxes)
+        self.retries.keep_inboxes(new.inboxes)
         self.watcher.rescan_now()
         log.info("configuration reloaded from %s", safe_display(new.source or ""))
         self.notifier.ready(self.status_line())

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
 from daemon import originals
@@ -171,3 +171,41 @@ class Ingestor:
                 log.info("duplicate of %s: kept %s", what, safe_display(path))
         except OSError as exc:
             log.error("duplicate %s could not be %sd: %s", safe_display(path), action, exc)
+
+
+class IngestRetries:
+    """Files whose ingest failed for a reason that is not theirs: the state disk was full
+    or another process held the database. The watcher reports a file once per change, so
+    without this such a file would wait for the next full rescan (minutes); here it is
+    offered again after a short back-off that doubles up to `cap` seconds.
+    """
+
+    def __init__(self, first: float = 1.0, cap: float = 5.0) -> None:
+        self.first = first
+        self.cap = cap
+        # path -> (its inbox, when to try again, the delay that was used)
+        self._waiting: dict[Path, tuple[InboxConfig, float, float]] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, inbox: InboxConfig, path: Path, now: float) -> None:
+        old = self._waiting.get(path)
+        delay = self.first if old is None else min(old[2] * 2, self.cap)
+        self._waiting[path] = (inbox, now + delay, delay)
+
+    def discard(self, path: Path) -> None:
+        self._waiting.pop(path, None)
+
+    def due(self, now: float) -> list[tuple[InboxConfig, Path]]:
+        """The files to offer again now (they stay listed until `discard`)."""
+        return [(inbox, path) for path, (inbox, at, _) in self._waiting.items() if at <= now]
+
+    def keep_inboxes(self, inboxes: Sequence[InboxConfig]) -> None:
+        """After a reload: a file of an inbox that is no longer watched is not retried."""
+        by_path = {i.path: i for i in inboxes}
+        self._waiting = {
+            path: (by_path[inbox.path], at, delay)
+            for path, (inbox, at, delay) in self._waiting.items()
+            if inbox.path in by_path
+        }

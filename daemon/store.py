@@ -36,7 +36,22 @@ BUSY_TIMEOUT_MS = 60_000
 
 
 class StoreBusy(Exception):
-    """The database stayed locked by another process longer than the busy timeout."""
+    """The database cannot take a write now, for a reason that is not the data's: it
+    stayed locked by another process longer than the busy timeout, or (StoreFull) its
+    disk is full. Callers wait and write again; nothing is failed for it."""
+
+
+class StoreFull(StoreBusy):
+    """The state disk is full (SQLITE_FULL): writes resume when space is freed."""
+
+
+def _unavailable(exc: sqlite3.OperationalError) -> StoreBusy | None:
+    """The StoreBusy that `exc` means, or None when it is some other error."""
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return StoreFull(str(exc))
+    if "locked" in str(exc) or "busy" in str(exc):
+        return StoreBusy(str(exc))
+    return None
 
 
 @dataclass(frozen=True)
@@ -260,16 +275,31 @@ class Store:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StoreBusy(str(exc)) from exc
-            raise
+            err = _unavailable(exc)
+            if err is None:
+                raise
+            raise err from exc
         try:
             yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        else:
+            # A full disk shows here as often as in the statements: WAL pages are
+            # written at commit.
             self.conn.execute("COMMIT")
+        except sqlite3.OperationalError as exc:
+            self._rollback()
+            err = _unavailable(exc)
+            if err is None:
+                raise
+            raise err from exc
+        except BaseException:
+            self._rollback()
+            raise
+
+    def _rollback(self) -> None:
+        # SQLite may have rolled back by itself (SQLITE_FULL, SQLITE_IOERR); a connection
+        # left inside a transaction would refuse every later BEGIN.
+        if self.conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
 
     def _migrate(self) -> None:
         with self.tx() as c:

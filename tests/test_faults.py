@@ -188,6 +188,40 @@ def test_full_outbox_makes_documents_wait_then_complete(
     assert d.stop() == 0
 
 
+def test_full_state_disk_is_said_plainly_and_new_files_queue_soon_after_space_returns(
+    tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
+) -> None:
+    state = mounts(tmp_path / "state", "600k")
+    d = daemon_factory(rescan_seconds=300).start()  # a rescan must not be what saves them
+    wait_for(lambda: d.runtime().get("phase") == "idle", 120, "the worker", d.proc)
+    filler = fill(state)
+    src = tmp_path / "src"
+    src.mkdir()
+    names: dict[str, str] = {}
+    for i in range(3):
+        drop(make_text_pdf(src / f"state-{i}.pdf", [[f"State disk document {i} emu"]]),
+             tmp_path / "inbox")
+        names[f"state-{i}.pdf"] = f"document {i} emu"
+    full = "the state disk is full ("
+    wait_for(lambda: full in d.output(), 60, "the full state disk to be reported", d.proc)
+    time.sleep(8)  # several retries and status writes fail meanwhile ...
+    log = d.output()
+    assert log.count(full) == 1, log[-3000:]  # ... and are not repeated every 2 s
+    assert "cannot record new files; freeing space resumes them" in log
+    assert log.count("could not record status") <= 1, log[-3000:]
+    assert "database busy" not in log
+    assert d.jobs() == [] or not any(Path(j["source_path"]).name in names for j in d.jobs())
+    filler.unlink()
+    t_free = time.monotonic()
+    wait_for(lambda: all(n in by_name(d) for n in names), 15,
+             "the files turned away to be queued", d.proc)
+    queued = time.monotonic() - t_free
+    d.wait_settled(3, timeout=180)
+    assert_done_once_with_output(d, names)
+    print(f"full state disk: 3 files queued {queued:.1f} s after space was freed")
+    assert d.stop() == 0
+
+
 def test_outbox_remounted_read_only_mid_run(
     tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
 ) -> None:
