@@ -79,7 +79,7 @@ def test_files_turned_away_are_offered_again_with_a_short_backoff(tmp_path: Path
 
 def test_a_full_disk_and_a_lock_are_told_apart() -> None:
     full = sqlite3.OperationalError("database or disk is full")
-    full.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL
     assert isinstance(_unavailable(full), StoreFull)
     locked = _unavailable(sqlite3.OperationalError("database is locked"))
     assert isinstance(locked, StoreBusy) and not isinstance(locked, StoreFull)
