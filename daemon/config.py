@@ -115,7 +115,7 @@ BUILTIN_ENGINES: Final = ("mineru", "lite")
 _PLUGIN_RE: Final = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")
 
 
-def _p_engine_name(ctx: Ctx, key: str, value: Any) -> Any:
+def _p_engine_name(ctx: Ctx, key: str, value: object) -> object:
     builtin = ", ".join(BUILTIN_ENGINES)
     hint = f"use {builtin}, or package.module:ClassName for a plugin engine"
     if not isinstance(value, str):
@@ -131,7 +131,7 @@ def _p_engine_name(ctx: Ctx, key: str, value: Any) -> Any:
     return INVALID
 
 
-def _p_model(ctx: Ctx, key: str, value: Any) -> Any:
+def _p_model(ctx: Ctx, key: str, value: object) -> object:
     text = p_text(ctx, key, value)
     if isinstance(text, str) and text.startswith(("~", ".", "/")):
         # A local folder: resolve it like any other path so the daemon's working
@@ -140,7 +140,7 @@ def _p_model(ctx: Ctx, key: str, value: Any) -> Any:
     return text
 
 
-def _p_passwords(ctx: Ctx, key: str, value: Any) -> Any:
+def _p_passwords(ctx: Ctx, key: str, value: object) -> object:
     # Messages here never echo values: they are secrets.
     if not isinstance(value, list):
         ctx.problem(
@@ -162,7 +162,7 @@ def _p_passwords(ctx: Ctx, key: str, value: Any) -> Any:
     return tuple(value) if ok else INVALID
 
 
-def _p_subfolder(ctx: Ctx, key: str, value: Any) -> Any:
+def _p_subfolder(ctx: Ctx, key: str, value: object) -> object:
     if not isinstance(value, str):
         ctx.problem(key, f"expected a string, got {type_name(value)}")
         return INVALID
@@ -182,10 +182,13 @@ def _p_subfolder(ctx: Ctx, key: str, value: Any) -> Any:
 _SECRET_WORDS: Final = ("password", "passwd", "secret", "token", "api_key", "apikey")
 
 
-def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
+def _redact_options(options: object) -> object:
     # Plugin engines' free-form options may carry credentials; mask the obvious ones.
+    if not isinstance(options, dict):
+        return options
     return {
-        k: "***" if any(w in k.lower() for w in _SECRET_WORDS) else v for k, v in options.items()
+        k: "***" if any(w in str(k).lower() for w in _SECRET_WORDS) else v
+        for k, v in options.items()
     }
 
 
@@ -198,7 +201,7 @@ def _redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
 RuntimeKind = Literal["transformers", "http", "llama-cpp"]
 
 
-def _p_server_url(ctx: Ctx, key: str, value: Any) -> Any:
+def _p_server_url(ctx: Ctx, key: str, value: object) -> object:
     text = p_text(ctx, key, value)
     if text is INVALID:
         return INVALID
@@ -425,7 +428,7 @@ PAGE_OPTION_KEYS: frozenset[str] = frozenset(
 )
 
 
-def _p_page_overrides(ctx: Ctx, key: str, value: Any) -> Any:
+def _p_page_overrides(ctx: Ctx, key: str, value: object) -> object:
     # Checked exactly as the same keys under `engine:`, from the same declarations.
     return read_fields(ctx, key, value, EngineConfig, only=_page_keys)
 
@@ -581,7 +584,7 @@ class HttpConfig:
     )
 
 
-def _p_inboxes(ctx: Ctx, key: str, value: Any) -> Any:
+def _p_inboxes(ctx: Ctx, key: str, value: object) -> object:
     hint = "list at least one folder to watch, e.g. inboxes: [./inbox]"
     if isinstance(value, str):
         ctx.problem(key, "expected a list, got a single string", f"write it as a list: [{value!r}]")
@@ -594,7 +597,7 @@ def _p_inboxes(ctx: Ctx, key: str, value: Any) -> Any:
         item_key = f"{key}[{i}]"
         if isinstance(raw, str):
             path = p_path(ctx, item_key, raw)
-            if path is not INVALID:
+            if isinstance(path, Path):
                 inboxes.append(InboxConfig(path=path))
         elif isinstance(raw, dict):
             kwargs = read_fields(ctx, item_key, raw, InboxConfig)

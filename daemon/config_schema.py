@@ -54,7 +54,7 @@ class Setting:
     at_least: tuple[str, str] | None = None  # (other field, why): this >= other
     differs_from: tuple[str, str] | None = None  # (other field, hint): this != other
     shown_default: str | None = None  # README text for the default, when not the value
-    show: Callable[[Any], Any] | None = None  # --show form, when not the generic one
+    show: Callable[[object], object] | None = None  # --show form, when not the generic one
 
     def key_for(self, name: str) -> str:
         return self.yaml or name
@@ -85,7 +85,7 @@ def setting(
     at_least: tuple[str, str] | None = None,
     differs_from: tuple[str, str] | None = None,
     shown_default: str | None = None,
-    show: Callable[[Any], Any] | None = None,
+    show: Callable[[object], object] | None = None,
 ) -> T: ...
 
 
@@ -104,14 +104,14 @@ def setting(
     at_least: tuple[str, str] | None = None,
     differs_from: tuple[str, str] | None = None,
     shown_default: str | None = None,
-    show: Callable[[Any], Any] | None = None,
+    show: Callable[[object], object] | None = None,
 ) -> T: ...
 
 
 def setting(
     *,
-    default: Any = _NOT_GIVEN,
-    default_factory: Any = _NOT_GIVEN,
+    default: object = _NOT_GIVEN,
+    default_factory: object = _NOT_GIVEN,
     doc: str,
     parse: Parser | None = None,
     choices: tuple[str, ...] = (),
@@ -123,8 +123,8 @@ def setting(
     at_least: tuple[str, str] | None = None,
     differs_from: tuple[str, str] | None = None,
     shown_default: str | None = None,
-    show: Callable[[Any], Any] | None = None,
-) -> Any:
+    show: Callable[[object], object] | None = None,
+) -> object:
     """A key with a default. `parse` checks a value; `choices` is shorthand for a word
     out of a fixed set (pass `typing.get_args` of the field's Literal type)."""
     meta = _meta(
@@ -144,12 +144,11 @@ def setting(
     if meta.parse is None:
         raise TypeError(f"setting {doc!r} needs parse= or choices=")
     # Secrets stay out of reprs (and so out of logged dataclasses).
-    return field(
-        default=default,
-        default_factory=default_factory,
-        repr=not secret,
-        metadata={SETTING: meta},
-    )
+    metadata = {SETTING: meta}
+    if default_factory is not MISSING:
+        assert callable(default_factory)
+        return field(default_factory=default_factory, repr=not secret, metadata=metadata)
+    return field(default=default, repr=not secret, metadata=metadata)
 
 
 def required(
@@ -181,7 +180,7 @@ def settings(cls: type[C]) -> type[C]:
     return dataclass(frozen=True)(cls)
 
 
-def declared(cls: type) -> Iterator[tuple[dataclasses.Field[Any], Setting]]:
+def declared(cls: type) -> Iterator[tuple[dataclasses.Field[object], Setting]]:
     """The declared keys of a settings dataclass, in declaration order."""
     for f in dataclasses.fields(cls):
         meta = f.metadata.get(SETTING)
@@ -189,11 +188,11 @@ def declared(cls: type) -> Iterator[tuple[dataclasses.Field[Any], Setting]]:
             yield f, meta
 
 
-def has_default(f: dataclasses.Field[Any]) -> bool:
+def has_default(f: dataclasses.Field[object]) -> bool:
     return f.default is not MISSING or f.default_factory is not MISSING
 
 
-def default_of(f: dataclasses.Field[Any]) -> Any:
+def default_of(f: dataclasses.Field[object]) -> object:
     if f.default_factory is not MISSING:
         return f.default_factory()
     return None if f.default is MISSING else f.default
@@ -240,7 +239,7 @@ def _unknown_key(ctx: Ctx, key: str, name: str, known: list[str], here: str) -> 
     ctx.problem(key, "unknown key", hint)
 
 
-def _scrub(ctx: Ctx, since: int, value: Any) -> None:
+def _scrub(ctx: Ctx, since: int, value: object) -> None:
     # A secret's own parser may echo what it read; the value must not reach the terminal.
     if not isinstance(value, str) or not value:
         return
@@ -255,7 +254,7 @@ def _scrub(ctx: Ctx, since: int, value: Any) -> None:
 def read_fields(
     ctx: Ctx,
     prefix: str,
-    raw: Any,
+    raw: object,
     cls: type,
     *,
     only: Callable[[Setting], bool] | None = None,
@@ -324,7 +323,10 @@ def read_fields(
 
 
 def _relations(
-    ctx: Ctx, prefix: str, spec: list[tuple[dataclasses.Field[Any], Setting]], out: dict[str, Any]
+    ctx: Ctx,
+    prefix: str,
+    spec: list[tuple[dataclasses.Field[object], Setting]],
+    out: dict[str, Any],
 ) -> None:
     fields_by_name = {f.name: (f, s) for f, s in spec}
 
@@ -352,7 +354,7 @@ def _relations(
 MASK: Final = "***"
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> object:
     """YAML-ready form: paths as strings, tuples as lists, settings as mappings."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return shown(value)
@@ -365,13 +367,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _masked(value: Any) -> Any:
+def _masked(value: object) -> object:
     if isinstance(value, tuple | list):
         return [MASK for _ in value]
     return MASK if value else value
 
 
-def shown(obj: Any) -> dict[str, Any]:
+def shown(obj: object) -> dict[str, Any]:
     """`obj` (a settings dataclass) as YAML data under its YAML keys, secrets masked, so
     that the output can be saved and loaded again as a config file."""
     out: dict[str, Any] = {}
@@ -385,7 +387,7 @@ def shown(obj: Any) -> dict[str, Any]:
     return out
 
 
-def _default_text(f: dataclasses.Field[Any], s: Setting) -> str:
+def _default_text(f: dataclasses.Field[object], s: Setting) -> str:
     if s.shown_default is not None:
         return s.shown_default
     if s.sibling is not None:

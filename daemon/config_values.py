@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -106,10 +106,10 @@ class Ctx:
 
 
 # A parser checks one YAML value: the parsed value, or INVALID after ctx.problem(...).
-Parser = Callable[[Ctx, str, Any], Any]
+Parser = Callable[[Ctx, str, object], object]
 
 
-def p_bool(ctx: Ctx, key: str, value: Any) -> Any:
+def p_bool(ctx: Ctx, key: str, value: object) -> object:
     if isinstance(value, bool):
         return value
     hint = "write true or false"
@@ -126,7 +126,7 @@ def _range(lo: float, hi: float | None, note: str = "", *, strict_lo: bool = Fal
 
 
 def p_int(lo: int, hi: int | None = None, note: str = "") -> Parser:
-    def parse(ctx: Ctx, key: str, value: Any) -> Any:
+    def parse(ctx: Ctx, key: str, value: object) -> object:
         # bool is an int subclass in Python; `threads: yes` must not become 1.
         if isinstance(value, bool) or not isinstance(value, int):
             ctx.problem(key, f"expected a whole number, got {type_name(value)}", _range(lo, hi))
@@ -142,7 +142,7 @@ def p_int(lo: int, hi: int | None = None, note: str = "") -> Parser:
 def p_seconds(lo: float = 0.0, *, strict: bool = True, note: str = "") -> Parser:
     """Durations are plain numbers of seconds; `strict` means the lower bound is excluded."""
 
-    def parse(ctx: Ctx, key: str, value: Any) -> Any:
+    def parse(ctx: Ctx, key: str, value: object) -> object:
         hint = _range(lo, None, note, strict_lo=strict)
         if isinstance(value, bool) or not isinstance(value, int | float):
             if isinstance(value, str):
@@ -202,7 +202,7 @@ def parse_size(text: str | int) -> int:
     return int(number * _SIZE_UNITS[unit])
 
 
-def p_size(ctx: Ctx, key: str, value: Any) -> Any:
+def p_size(ctx: Ctx, key: str, value: object) -> object:
     if isinstance(value, bool) or not isinstance(value, int | str):
         ctx.problem(key, f"expected a size, got {type_name(value)}", _SIZE_HINT)
         return INVALID
@@ -218,7 +218,7 @@ def p_size(ctx: Ctx, key: str, value: Any) -> Any:
 
 
 def p_choice(choices: tuple[str, ...], *, fold_case: bool = False) -> Parser:
-    def parse(ctx: Ctx, key: str, value: Any) -> Any:
+    def parse(ctx: Ctx, key: str, value: object) -> object:
         allowed = "allowed values: " + ", ".join(choices)
         if not isinstance(value, str):
             ctx.problem(key, f"expected one of the allowed words, got {type_name(value)}", allowed)
@@ -236,14 +236,14 @@ def p_choice(choices: tuple[str, ...], *, fold_case: bool = False) -> Parser:
     return parse
 
 
-def p_text(ctx: Ctx, key: str, value: Any) -> Any:
+def p_text(ctx: Ctx, key: str, value: object) -> object:
     if not isinstance(value, str) or not value.strip():
         ctx.problem(key, f"expected a non-empty string, got {type_name(value)}")
         return INVALID
     return value.strip()
 
 
-def p_path(ctx: Ctx, key: str, value: Any) -> Any:
+def p_path(ctx: Ctx, key: str, value: object) -> object:
     if not isinstance(value, str) or not value.strip():
         ctx.problem(
             key,
@@ -255,7 +255,7 @@ def p_path(ctx: Ctx, key: str, value: Any) -> Any:
 
 
 def p_text_list(*, allow_empty: bool) -> Parser:
-    def parse(ctx: Ctx, key: str, value: Any) -> Any:
+    def parse(ctx: Ctx, key: str, value: object) -> object:
         if isinstance(value, str):
             ctx.problem(
                 key, "expected a list, got a single string", f"write it as a list: [{value!r}]"
@@ -277,7 +277,7 @@ def p_text_list(*, allow_empty: bool) -> Parser:
     return parse
 
 
-def p_mapping(ctx: Ctx, key: str, value: Any) -> Any:
+def p_mapping(ctx: Ctx, key: str, value: object) -> object:
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         ctx.problem(key, f"expected a mapping with string keys, got {type_name(value)}")
         return INVALID
@@ -301,7 +301,7 @@ def parse_page_range(text: str, page_count: int) -> list[int]:
     return sorted(chosen)
 
 
-def p_pages(ctx: Ctx, key: str, value: Any) -> Any:
+def p_pages(ctx: Ctx, key: str, value: object) -> object:
     try:
         parse_page_range(str(value), 10**6)
     except ValueError:

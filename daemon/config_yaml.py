@@ -7,7 +7,6 @@ composed node tree has both, so problems can name the line and duplicates are re
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -67,7 +66,7 @@ def _collect_lines(
             _collect_lines(item, key, lines, dups, seen)
 
 
-def parse_yaml(text: str) -> tuple[Any, dict[str, int], list[Problem]]:
+def parse_yaml(text: str) -> tuple[object, dict[str, int], list[Problem]]:
     """(data, key path -> line, duplicate-key problems); raises yaml.YAMLError."""
     lines: dict[str, int] = {}
     dups: list[Problem] = []
