@@ -584,6 +584,40 @@ class HttpConfig:
     )
 
 
+def _check_http(ctx: Ctx, key: str, http: HttpConfig) -> None:
+    """The status page shows document names and contents: off loopback it needs a
+    token, and a token file must be readable now rather than at the first request."""
+    if http.token is not None and http.token_file is not None:
+        ctx.problem("http.token_file", "set either http.token or http.token_file, not both")
+        return
+    try:
+        token = http_token(http)
+    except OSError as exc:
+        ctx.problem(
+            "http.token_file",
+            f"cannot read {http.token_file}: {exc.strerror or exc}",
+            "make it readable by the user docinbox runs as",
+        )
+        return
+    if http.token_file is not None and not token:
+        ctx.problem("http.token_file", f"{http.token_file} is empty", "write the token into it")
+        return
+    if http.enabled and not token and not is_loopback(http.host):
+        ctx.problem(
+            "http.host",
+            f"{http.host!r} is reachable from other machines, and the status page shows "
+            "document names and contents",
+            "set http.token (or http.token_file), or bind to 127.0.0.1",
+        )
+
+
+def http_token(http: HttpConfig) -> str | None:
+    """The token the status page requires, or None (read from `token_file` if set)."""
+    if http.token_file is not None:
+        return http.token_file.read_text(encoding="utf-8").strip() or None
+    return http.token
+
+
 def _p_inboxes(ctx: Ctx, key: str, value: object) -> object:
     hint = "list at least one folder to watch, e.g. inboxes: [./inbox]"
     if isinstance(value, str):
@@ -666,7 +700,9 @@ class Config:
         doc="tried in order on encrypted PDFs; never logged",
     )
     logging: LoggingConfig = section(default_factory=LoggingConfig, doc="logging")
-    http: HttpConfig = section(default_factory=HttpConfig, doc="the status endpoint")
+    http: HttpConfig = section(
+        default_factory=HttpConfig, doc="the status endpoint", check=_check_http
+    )
     # Not a key: the file this was loaded from.
     source: Path | None = dataclasses.field(default=None)
 
@@ -721,45 +757,9 @@ def load_config(path: Path) -> Config:
         raise ConfigError(ctx.problems)
 
     kwargs = read_fields(ctx, "", data, Config)
-    if kwargs is not None and isinstance(kwargs.get("http"), HttpConfig):
-        _check_http(ctx, kwargs["http"])
     if ctx.problems or kwargs is None:
         raise ConfigError(ctx.sorted_problems() + _folder_problems_too(ctx, data, path))
     return Config(**kwargs, source=path)
-
-
-def _check_http(ctx: Ctx, http: HttpConfig) -> None:
-    """The status page shows document names and contents: off loopback it needs a
-    token, and a token file must be readable now rather than at the first request."""
-    if http.token is not None and http.token_file is not None:
-        ctx.problem("http.token_file", "set either http.token or http.token_file, not both")
-        return
-    try:
-        token = http_token(http)
-    except OSError as exc:
-        ctx.problem(
-            "http.token_file",
-            f"cannot read {http.token_file}: {exc.strerror or exc}",
-            "make it readable by the user docinbox runs as",
-        )
-        return
-    if http.token_file is not None and not token:
-        ctx.problem("http.token_file", f"{http.token_file} is empty", "write the token into it")
-        return
-    if http.enabled and not token and not is_loopback(http.host):
-        ctx.problem(
-            "http.host",
-            f"{http.host!r} is reachable from other machines, and the status page shows "
-            "document names and contents",
-            "set http.token (or http.token_file), or bind to 127.0.0.1",
-        )
-
-
-def http_token(http: HttpConfig) -> str | None:
-    """The token the status page requires, or None (read from `token_file` if set)."""
-    if http.token_file is not None:
-        return http.token_file.read_text(encoding="utf-8").strip() or None
-    return http.token
 
 
 _FOLDER_KEYS: Final = ("outbox", "archive", "failed", "duplicates", "state_dir")

@@ -55,6 +55,7 @@ class Setting:
     differs_from: tuple[str, str] | None = None  # (other field, hint): this != other
     shown_default: str | None = None  # README text for the default, when not the value
     show: Callable[[object], object] | None = None  # --show form, when not the generic one
+    check: Callable[[Ctx, str, Any], None] | None = None  # a section's rules across its keys
 
     def key_for(self, name: str) -> str:
         return self.yaml or name
@@ -165,12 +166,19 @@ def required(
     return field(metadata={SETTING: meta})
 
 
-def section(*, default_factory: Callable[[], T], doc: str) -> T:
+def section(
+    *,
+    default_factory: Callable[[], T],
+    doc: str,
+    check: Callable[[Ctx, str, T], None] | None = None,
+) -> T:
     """A nested mapping of keys, declared by its own settings dataclass (passed as
-    `default_factory`, the name type checkers read as "has a default")."""
+    `default_factory`, the name type checkers read as "has a default"). `check(ctx, key,
+    section)` judges the keys together, once each is valid on its own."""
     cls = default_factory
     assert isinstance(cls, type)
-    result: T = field(default_factory=cls, metadata={SETTING: Setting(doc=doc, section=cls)})
+    meta = Setting(doc=doc, section=cls, check=check)
+    result: T = field(default_factory=cls, metadata={SETTING: meta})
     return result
 
 
@@ -292,6 +300,8 @@ def read_fields(
             kwargs = read_fields(ctx, key, value, s.section)
             if kwargs is not None:
                 out[f.name] = s.section(**kwargs)
+                if s.check is not None:
+                    s.check(ctx, key, out[f.name])
             continue
         if value is None:
             if s.nullable:
