@@ -152,6 +152,9 @@ def metric_families(st: Status, h: Health) -> Iterable[Metric]:
             "engine": engine.name or st.configured_engine,
             "model": engine.model_id or "",
             "precision": engine.precision or "",
+            # engine.runtime and, for `http`, the server that generates (no credentials).
+            "runtime": str(engine.details.get("runtime") or ""),
+            "server": str(engine.details.get("server") or ""),
             "fallback": "true" if st.fallback_reason else "false",
         },
     )

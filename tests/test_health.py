@@ -167,7 +167,8 @@ def test_metrics_reflect_the_store_and_the_supervisor(store: Store, start: Start
     assert one(m, "docinbox_inboxes_watched") == 1
     assert one(m, "docinbox_disk_free_bytes", folder="outbox") > 0
     assert one(m, "docinbox_engine_info", engine="mineru",
-               model="opendatalab/MinerU2.5-2509-1.2B", precision="bf16", fallback="false") == 1
+               model="opendatalab/MinerU2.5-2509-1.2B", precision="bf16", runtime="", server="",
+               fallback="false") == 1
 
 
 def test_recent_page_seconds_is_a_cumulative_window_histogram(store: Store, start: Start) -> None:
@@ -190,10 +191,19 @@ def test_fallback_engine_shows_in_engine_info_and_degrades(store: Store, start: 
                                 fallback_reason="MinerU weights missing"))
     m = metrics(srv)
     assert one(m, "docinbox_engine_info", engine="lite", model="", precision="fp32",
-               fallback="true") == 1
+               runtime="", server="", fallback="true") == 1
     code, body = get(srv, "/healthz")
     assert code == 200
     assert json.loads(body)["status"] == "degraded"
+
+
+def test_engine_info_names_the_runtime_and_server(store: Store, start: Start,
+                                                  cfg: Config) -> None:
+    info = {"name": "mineru", "model_id": "served-name",
+            "details": {"runtime": "http", "server": "http://gpu:8000", "model": "served-name"}}
+    m = metrics(start(lambda: live_ok(cfg, engine_info=info)))
+    assert one(m, "docinbox_engine_info", engine="mineru", model="served-name", precision="",
+               runtime="http", server="http://gpu:8000", fallback="false") == 1
 
 
 def test_metrics_still_served_when_the_database_is_missing(cfg: Config, start: Start) -> None:
