@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar, dataclass_transform, overload
+from typing import Any, Final, TypeVar, dataclass_transform
 
 from daemon.config_values import INVALID, Ctx, Parser, Problem, p_choice, type_name
 
@@ -61,78 +61,37 @@ class Setting:
         return self.yaml or name
 
 
+# What `setting` gets when `default` or `default_factory` is not passed (dataclasses' own).
 _NOT_GIVEN: Any = MISSING
 
 
-def _meta(doc: str, parse: Parser | None, choices: tuple[str, ...], **kw: Any) -> Setting:
+def setting(
+    *,
+    default: T = _NOT_GIVEN,
+    default_factory: Callable[[], T] = _NOT_GIVEN,
+    doc: str,
+    parse: Parser | None = None,
+    choices: tuple[str, ...] = (),
+    fold_case: bool = False,
+    yaml: str | None = None,
+    nullable: bool = False,
+    secret: bool = False,
+    page: bool = False,
+    at_least: tuple[str, str] | None = None,
+    differs_from: tuple[str, str] | None = None,
+    shown_default: str | None = None,
+    show: Callable[[object], object] | None = None,
+) -> T:
+    """A key with a `default` (or a `default_factory` for a mutable one). `parse` checks
+    a value; `choices` is shorthand for a word out of a fixed set (pass `typing.get_args`
+    of the field's Literal type)."""
     if choices:
-        parse = p_choice(choices, fold_case=kw.pop("fold_case", False))
-    kw.pop("fold_case", None)
-    return Setting(doc=doc, parse=parse, **kw)
-
-
-@overload
-def setting(
-    *,
-    default: T,
-    doc: str,
-    parse: Parser | None = None,
-    choices: tuple[str, ...] = (),
-    fold_case: bool = False,
-    yaml: str | None = None,
-    nullable: bool = False,
-    secret: bool = False,
-    page: bool = False,
-    at_least: tuple[str, str] | None = None,
-    differs_from: tuple[str, str] | None = None,
-    shown_default: str | None = None,
-    show: Callable[[object], object] | None = None,
-) -> T: ...
-
-
-@overload
-def setting(
-    *,
-    default_factory: Callable[[], T],
-    doc: str,
-    parse: Parser | None = None,
-    choices: tuple[str, ...] = (),
-    fold_case: bool = False,
-    yaml: str | None = None,
-    nullable: bool = False,
-    secret: bool = False,
-    page: bool = False,
-    at_least: tuple[str, str] | None = None,
-    differs_from: tuple[str, str] | None = None,
-    shown_default: str | None = None,
-    show: Callable[[object], object] | None = None,
-) -> T: ...
-
-
-def setting(
-    *,
-    default: object = _NOT_GIVEN,
-    default_factory: object = _NOT_GIVEN,
-    doc: str,
-    parse: Parser | None = None,
-    choices: tuple[str, ...] = (),
-    fold_case: bool = False,
-    yaml: str | None = None,
-    nullable: bool = False,
-    secret: bool = False,
-    page: bool = False,
-    at_least: tuple[str, str] | None = None,
-    differs_from: tuple[str, str] | None = None,
-    shown_default: str | None = None,
-    show: Callable[[object], object] | None = None,
-) -> object:
-    """A key with a default. `parse` checks a value; `choices` is shorthand for a word
-    out of a fixed set (pass `typing.get_args` of the field's Literal type)."""
-    meta = _meta(
-        doc,
-        parse,
-        choices,
-        fold_case=fold_case,
+        parse = p_choice(choices, fold_case=fold_case)
+    if parse is None:
+        raise TypeError(f"setting {doc!r} needs parse= or choices=")
+    meta = Setting(
+        doc=doc,
+        parse=parse,
         yaml=yaml,
         nullable=nullable,
         secret=secret,
@@ -142,14 +101,10 @@ def setting(
         shown_default=shown_default,
         show=show,
     )
-    if meta.parse is None:
-        raise TypeError(f"setting {doc!r} needs parse= or choices=")
     # Secrets stay out of reprs (and so out of logged dataclasses).
-    metadata = {SETTING: meta}
-    if default_factory is not MISSING:
-        assert callable(default_factory)
-        return field(default_factory=default_factory, repr=not secret, metadata=metadata)
-    return field(default=default, repr=not secret, metadata=metadata)
+    if default_factory is not _NOT_GIVEN:
+        return field(default_factory=default_factory, repr=not secret, metadata={SETTING: meta})
+    return field(default=default, repr=not secret, metadata={SETTING: meta})
 
 
 def required(

@@ -51,23 +51,22 @@ def echo(value: object) -> str:
     return text if len(text) <= _ECHO_MAX else text[: _ECHO_MAX - 3] + "..."
 
 
+# YAML words rather than Python's, since the reader edits YAML. bool before int: in
+# Python, true/false are ints.
+_YAML_WORDS: Final = (
+    (bool, "true/false"),
+    (int, "a whole number"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "a list"),
+    (dict, "a mapping"),
+)
+
+
 def type_name(value: object) -> str:
-    # YAML words rather than Python's, since the reader edits YAML.
     if value is None:
         return "an empty value"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, int):
-        return "a whole number"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
+    return next((word for t, word in _YAML_WORDS if isinstance(value, t)), type(value).__name__)
 
 
 class Ctx:

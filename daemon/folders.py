@@ -8,6 +8,7 @@ config can run it on a half-valid file too.
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
 from collections.abc import Sequence
@@ -61,25 +62,20 @@ def _inbox_problems(inboxes: list[tuple[str, Path, Path]]) -> list[Problem]:
             )
 
     # Nested inboxes: one file would belong to two inboxes and be processed twice.
-    for a in range(len(inboxes)):
-        for b in range(a + 1, len(inboxes)):
-            key_a, _, real_a = inboxes[a]
-            key_b, _, real_b = inboxes[b]
-            if real_a == real_b:
-                problems.append(
-                    Problem(
-                        key_b, f"is the same folder as {key_a} ({real_a})", "list each folder once"
-                    )
+    for (key_a, _, real_a), (key_b, _, real_b) in itertools.combinations(inboxes, 2):
+        if real_a == real_b:
+            problems.append(
+                Problem(key_b, f"is the same folder as {key_a} ({real_a})", "list each folder once")
+            )
+        elif inside(real_a, real_b) or inside(real_b, real_a):
+            inner, outer = (key_a, key_b) if inside(real_a, real_b) else (key_b, key_a)
+            problems.append(
+                Problem(
+                    inner,
+                    f"is inside {outer}: its files would belong to both inboxes",
+                    "use one inbox (recursive: true covers subfolders) or move one out",
                 )
-            elif inside(real_a, real_b) or inside(real_b, real_a):
-                inner, outer = (key_a, key_b) if inside(real_a, real_b) else (key_b, key_a)
-                problems.append(
-                    Problem(
-                        inner,
-                        f"is inside {outer}: its files would belong to both inboxes",
-                        "use one inbox (recursive: true covers subfolders) or move one out",
-                    )
-                )
+            )
     return problems
 
 
@@ -123,18 +119,15 @@ def check_folders(
 
     # Pairwise distinct: e.g. archive == failed would mix good and failed originals, and
     # failed == outbox would hand originals to whatever consumes the outbox.
-    for a in range(len(resolved)):
-        for b in range(a + 1, len(resolved)):
-            key_a, _fa, real_a = resolved[a]
-            key_b, folder_b, real_b = resolved[b]
-            if real_a == real_b:
-                problems.append(
-                    Problem(
-                        key_b,
-                        f"{folder_b} is the same folder as {key_a}",
-                        f"give {key_a} and {key_b} separate folders",
-                    )
+    for (key_a, _, real_a), (key_b, folder_b, real_b) in itertools.combinations(resolved, 2):
+        if real_a == real_b:
+            problems.append(
+                Problem(
+                    key_b,
+                    f"{folder_b} is the same folder as {key_a}",
+                    f"give {key_a} and {key_b} separate folders",
                 )
+            )
 
     for key, folder, real in resolved:
         if key in dangerous:
