@@ -410,7 +410,7 @@ class EngineConfig:
         parse=p_text_list(allow_empty=True),
         doc="lite: reserved for choosing RapidOCR's language models",
     )
-    options: dict[str, Any] = setting(
+    options: dict[str, object] = setting(
         default_factory=dict,
         parse=p_mapping,
         show=_redact_options,
@@ -458,7 +458,7 @@ class InboxConfig:
         doc="put this inbox's outputs (and originals) under this subfolder",
     )
     # Overrides of page-time engine keys (PAGE_OPTION_KEYS) for documents from this inbox.
-    engine_options: dict[str, Any] = setting(
+    engine_options: dict[str, object] = setting(
         default_factory=dict,
         parse=_p_page_overrides,
         doc="per-inbox values of the engine's page keys: " + ", ".join(sorted(PAGE_OPTION_KEYS)),
