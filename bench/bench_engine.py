@@ -1,0 +1,239 @@
+"""Benchmark instrumentation of the transformers paths, and a plugin engine for document runs.
+
+`instrument()` makes a loaded Qwen2-VL do a fixed amount of work and times it:
+
+- every generate() call is forced to its planned token count (`min_new_tokens` = the cap, so
+  random weights cannot stop early; any `max_length` is dropped). Layout: the plan's layout
+  count; blocks: each block's own count, matched to its crop through the client helper's
+  `prepare_for_extract` (crop object -> block box -> plan). In a batched call each row
+  stops at its own count (docinbox's RowStops), the call at the largest;
+- the layout step's generated text is replaced, after its generate() has run and been
+  timed, by the plan's layout string (the helper's `parse_layout_output` is wrapped), so
+  every path crops the same blocks;
+- per call: vision-tower seconds (hooks on `model.visual`), prefill (call start -> first new
+  token), decode (first -> last new token, a streamer stamps every step), rows, tokens.
+
+`BenchMinerU` is docinbox's MinerUEngine with that instrumentation, loadable as a plugin
+engine (`bench_engine:BenchMinerU`, bench/ on PYTHONPATH) so a whole document goes through
+the real supervisor and worker (`daemon.parse.parse_files`); it appends one JSON line per
+page (parse_page start/end, its generate() calls) to `engine.options["log"]`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon.engines.mineru import MinerUEngine
+from daemon.page import PageInput, PageOptions, PageResult, ProgressFn
+
+
+@dataclass
+class Call:
+    phase: str
+    rows: int = 1
+    prompt_tokens: int = 0  # padded, per row
+    image_grid_thw: list[list[int]] = field(default_factory=list)
+    started: float = 0.0  # time.monotonic()
+    vision_seconds: float = 0.0
+    prefill_seconds: float = 0.0  # call start -> first new token (vision + LM prefill)
+    decode_steps: int = 0
+    decode_seconds: float = 0.0  # first new token -> last new token
+    forced_tokens: list[int] = field(default_factory=list)  # per row
+    total_seconds: float = 0.0
+
+
+class TimingStreamer:
+    """generate() streamer: timestamps every new token step, forwards to an inner streamer."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.stamps: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if self._prompt_seen:
+            self.stamps.append(time.monotonic())
+        self._prompt_seen = True
+        if self.inner is not None:
+            self.inner.put(value)
+
+    def end(self) -> None:
+        if self.inner is not None:
+            self.inner.end()
+
+
+@dataclass
+class Probe:
+    layout_text: str
+    n_layout: int
+    m_block: int  # forced count for a block the plan does not list
+    block_tokens: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    token_scale: float = 1.0  # < 1 for smoke runs only
+    phase: str = "layout"
+    layout_parsed_at: float = 0.0
+    generated_layout_chars: int = 0
+    calls: list[Call] = field(default_factory=list)
+    forced: dict[int, int] = field(default_factory=dict)  # id(crop) -> tokens
+    row_caps: list[int] = field(default_factory=list)
+    _vision_started: float = 0.0
+
+    def scaled(self, tokens: int) -> int:
+        return max(2, round(tokens * self.token_scale))
+
+    def reset_page(self, layout_text: str, n_layout: int, block_tokens: dict[Any, int]) -> None:
+        self.layout_text, self.n_layout = layout_text, n_layout
+        self.block_tokens = block_tokens
+        self.phase = "layout"
+        self.forced = {}
+        self.calls = []
+
+
+def plan_probe(plan: dict[str, Any], m_block: int, token_scale: float) -> Probe:
+    probe = Probe(plan["layout"], plan["layout_tokens"], m_block, token_scale=token_scale)
+    probe.block_tokens = block_tokens(plan)
+    return probe
+
+
+def block_tokens(plan: dict[str, Any]) -> dict[tuple[int, int, int, int], int]:
+    return {tuple(b["bbox"]): b["tokens"] for b in plan["blocks"] if b["tokens"] > 0}  # type: ignore[misc]
+
+
+def _key(bbox: Any) -> tuple[int, int, int, int]:
+    x0, y0, x1, y1 = (round(float(v) * 1000) for v in bbox)
+    return x0, y0, x1, y1
+
+
+def instrument(
+    model: Any, helper: Any, probe: Probe, *, generator: Any = None, client: Any = None
+) -> None:
+    """Force and time; `generator` = docinbox's BatchedGenerator, `client` = the reference
+    TransformersVlmClient (one of the two knows the crops of each generate() call)."""
+    original_parse = helper.parse_layout_output
+
+    def parse_layout_output(output: str) -> Any:
+        probe.layout_parsed_at = time.monotonic()
+        probe.generated_layout_chars = len(output)
+        probe.phase = "block"
+        return original_parse(probe.layout_text)
+
+    helper.parse_layout_output = parse_layout_output
+
+    original_prepare = helper.prepare_for_extract
+
+    def prepare_for_extract(image: Any, blocks: Any, *args: Any, **kwargs: Any) -> Any:
+        images, prompts, params, indices = original_prepare(image, blocks, *args, **kwargs)
+        for crop, idx in zip(images, indices, strict=True):
+            tokens = probe.block_tokens.get(_key(blocks[idx].bbox), probe.m_block)
+            probe.forced[id(crop)] = probe.scaled(tokens)
+        return images, prompts, params, indices
+
+    helper.prepare_for_extract = prepare_for_extract
+
+    def cap_of(image: Any) -> int:
+        if probe.phase == "layout":
+            return probe.scaled(probe.n_layout)
+        return probe.forced.get(id(image), probe.scaled(probe.m_block))
+
+    if generator is not None:
+        original_rows = generator.generate
+
+        def generate_rows(rows: Any, on_done: Any) -> Any:
+            rows = [dataclasses.replace(r, max_new_tokens=cap_of(r.image)) for r in rows]
+            probe.row_caps = [r.max_new_tokens for r in rows]
+            return original_rows(rows, on_done)
+
+        generator.generate = generate_rows
+    if client is not None:
+        original_batch = client._predict_one_batch
+
+        def predict_one_batch(image_objs: Any, chat_prompts: Any, *args: Any, **kw: Any) -> Any:
+            probe.row_caps = [cap_of(img) for img in image_objs]
+            return original_batch(image_objs, chat_prompts, *args, **kw)
+
+        client._predict_one_batch = predict_one_batch
+
+    visual = model.model.visual
+
+    def vision_pre(_module: Any, _inputs: Any) -> None:
+        probe._vision_started = time.monotonic()
+
+    def vision_post(_module: Any, _inputs: Any, _output: Any) -> None:
+        if probe.calls:
+            probe.calls[-1].vision_seconds += time.monotonic() - probe._vision_started
+
+    visual.register_forward_pre_hook(vision_pre)
+    visual.register_forward_hook(vision_post)
+
+    original_generate = model.generate
+
+    def generate(*args: Any, **kwargs: Any) -> Any:
+        caps = probe.row_caps or [probe.scaled(probe.n_layout)]
+        probe.row_caps = []
+        n = max(caps)
+        kwargs.pop("max_length", None)
+        kwargs["max_new_tokens"] = n
+        kwargs["min_new_tokens"] = n  # no early end-of-turn; rows stop at their own cap
+        streamer = TimingStreamer(kwargs.pop("streamer", None))
+        kwargs["streamer"] = streamer
+        call = Call(phase=probe.phase, forced_tokens=caps, rows=len(caps))
+        input_ids = kwargs.get("input_ids")
+        if input_ids is not None:
+            call.prompt_tokens = int(input_ids.shape[-1])
+        grid = kwargs.get("image_grid_thw")
+        if grid is not None:
+            call.image_grid_thw = [[int(v) for v in row] for row in grid.tolist()]
+        probe.calls.append(call)
+        start = call.started = time.monotonic()
+        out = original_generate(*args, **kwargs)
+        end = time.monotonic()
+        call.total_seconds = end - start
+        if streamer.stamps:
+            call.prefill_seconds = streamer.stamps[0] - start
+            call.decode_steps = len(streamer.stamps)
+            call.decode_seconds = streamer.stamps[-1] - streamer.stamps[0]
+        return out
+
+    model.generate = generate
+
+
+class BenchMinerU(MinerUEngine):
+    """MinerUEngine forced and timed per page, for whole documents through the worker.
+
+    engine.options: `plans` (a JSON file: one page plan per page index), `log` (JSONL
+    output), `token_scale` (1.0; smaller only for smoke runs).
+    """
+
+    name = "mineru"
+
+    def load(self) -> Any:
+        info = super().load()
+        opts = self.config.options
+        self._plans = {p["page_idx"]: p for p in json.loads(Path(opts["plans"]).read_text())}
+        self._log = Path(opts["log"])
+        first = next(iter(self._plans.values()))
+        self._probe = plan_probe(first, 32, float(opts.get("token_scale", 1.0)))
+        client = self._client
+        instrument(client.client.model, client.helper, self._probe, generator=self._generator)
+        return info
+
+    def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
+        plan = self._plans[page.page_idx]
+        self._probe.reset_page(plan["layout"], plan["layout_tokens"], block_tokens(plan))
+        started_wall, started = time.time(), time.monotonic()
+        result = super().parse_page(page, options, progress)
+        ended = time.monotonic()
+        record = {
+            "page_idx": page.page_idx,
+            "started_wall": started_wall,
+            "started": started,
+            "ended": ended,
+            "calls": [vars(c) for c in self._probe.calls],
+        }
+        with self._log.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        return result
