@@ -183,17 +183,12 @@ def render_status(st: Status) -> str:
     if eng.model_id:
         line += f" ({eng.model_id}"
         line += f", precision {eng.precision})" if eng.precision else ")"
-    runtime, server = eng.details.get("runtime"), eng.details.get("server")
-    if runtime and runtime != "transformers":
-        line += f", runtime {runtime}" + (f" on {server}" if server else "")
+    if eng.runtime and eng.runtime != "transformers":
+        line += f", runtime {eng.runtime}" + (f" on {eng.server}" if eng.server else "")
     out.append(line)
     if st.fallback_reason:
         out.append(f"  FALLBACK: {st.fallback_reason}")
-        if "server" in st.fallback_reason:
-            out.append("  fix: start the MinerU server (docs/scale-out.md); docinbox looks at it "
-                       "every engine.http.reprobe_seconds and switches back by itself")
-        else:
-            out.append("  fix: `docinbox model pull`, restart, then `docinbox reprocess --all`")
+        out.append(f"  fix: {st.fallback_fix}")
     if st.fatal:
         out.append(f"  STOPPED: {st.fatal}")
     w = st.worker

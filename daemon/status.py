@@ -90,6 +90,16 @@ class EngineFacts:
     details: Mapping[str, Scalar] = field(default_factory=dict)
     loaded: bool = False
 
+    @property
+    def runtime(self) -> str | None:
+        """How the model runs (transformers, http, llama-cpp), when the engine says."""
+        return _str(self.details.get("runtime"))
+
+    @property
+    def server(self) -> str | None:
+        """The model server, for the http runtime."""
+        return _str(self.details.get("server"))
+
     def to_json(self) -> dict[str, object]:
         if not self.loaded:
             return {"name": self.name}
@@ -471,6 +481,19 @@ class Status:
     @property
     def fallback_reason(self) -> str | None:
         return self.live.fallback_reason if self.live else None
+
+    @property
+    def fallback_fix(self) -> str | None:
+        """What brings the configured engine back, for a person reading a FALLBACK."""
+        reason = self.fallback_reason
+        if not reason:
+            return None
+        if "server" in reason:
+            return (
+                "start the MinerU server (docs/scale-out.md); docinbox looks at it every "
+                "engine.http.reprobe_seconds and switches back by itself"
+            )
+        return "`docinbox model pull`, restart, then `docinbox reprocess --all`"
 
     @property
     def fatal(self) -> str | None:
