@@ -35,14 +35,14 @@ SLOW_SECONDS = 3  # per page of the document the test watches in progress
 PAGES = 6
 
 
-def chromium(tmp_path: Path, url: str, *args: str) -> str:
+def chromium(tmp_path: Path, url: str, *args: str, budget_ms: int = 1500) -> str:
     assert CHROMIUM is not None
     profile = tmp_path / "chromium-profile"
     cmd = [
         CHROMIUM, "--headless", "--disable-gpu", "--no-first-run", "--no-default-browser-check",
         "--disable-dev-shm-usage", f"--user-data-dir={profile}",
-        # shorter than the page's refresh interval: the DOM is the one the server drew
-        "--virtual-time-budget=1500",
+        # by default shorter than the page's refresh interval: the DOM the server drew
+        f"--virtual-time-budget={budget_ms}",
         *args, url,
     ]
     if os.geteuid() == 0:
@@ -135,6 +135,10 @@ def test_status_page_in_a_real_browser(
     html = dom(tmp_path, base + "/")
     assert "long report.pdf" in section(html, "recent")
     assert "No document in progress" in section(html, "now")
+    # the script refreshes in place from /status.json: its idea of "nothing changed" is
+    # the server's (else it would reload instead of counting a refresh)
+    later = chromium(tmp_path, base + "/", "--dump-dom", budget_ms=7000)
+    assert re.search(r'data-refreshed="[1-9]', later), later[:500]
 
     # the Markdown view shows the document's script as text and never runs it
     hostile = next(j for j in jobs if j["source_path"].endswith("hostile.pdf"))

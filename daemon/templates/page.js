@@ -35,6 +35,8 @@
         if (s.worker.rss != null) { set("worker.rss", Math.round(s.worker.rss / 1048576) + " MiB"); }
       }
       if (s.seconds_per_page != null) { set("seconds_per_page", s.seconds_per_page.toFixed(1) + " s/page"); }
+      // how many in-place refreshes this page has had (the browser test reads it)
+      document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
     } catch (e) {
       // the daemon restarting: try again at the next tick
     }
