@@ -34,7 +34,7 @@ from daemon.config import (
 from daemon.display import safe_display
 from daemon.errors import ExitCode
 from daemon.states import JobState
-from daemon.status import Status, collect
+from daemon.status import InboxFacts, Status, collect
 from daemon.store import Job, Store
 from daemon.units import age, gib, mib
 
@@ -233,12 +233,7 @@ def render_status(st: Status) -> str:
             f"speed:   {st.seconds_per_page:.1f} s/page" + (f"; ETA ~{age(eta)}" if eta else "")
         )
     for ib in st.inboxes:
-        busy = ""
-        if ib.pending:
-            busy += f", {ib.pending} settling"
-        if ib.open_for_write:
-            busy += f", {ib.open_for_write} still being written"
-        out.append(f"inbox:   {ib.path} ({ib.observer}{busy})")
+        out.extend(inbox_lines(ib))
     if q is not None:
         for wt in q.waiting:
             name = safe_display(Path(wt.path).name)
@@ -249,6 +244,25 @@ def render_status(st: Status) -> str:
                 name = safe_display(Path(f.path).name)
                 out.append(f"  job {f.job_id} {name}: {f.kind}: {f.error}")
     return "\n".join(out)
+
+
+def inbox_lines(ib: InboxFacts) -> list[str]:
+    """One inbox in `docinbox status`: its observer, files settling, files it ignores."""
+    busy = ""
+    if ib.pending:
+        busy += f", {ib.pending} settling"
+    if ib.open_for_write:
+        busy += f", {ib.open_for_write} still being written"
+    lines = [f"inbox:   {ib.path} ({ib.observer}{busy})"]
+    if ib.ignored:
+        more = ", …" if ib.ignored > len(ib.ignored_names) else ""
+        plural = "file" if ib.ignored == 1 else "files"
+        lines.append(
+            f"         {ib.ignored} {plural} ignored in inbox: not a document type: "
+            + ", ".join(ib.ignored_names)
+            + more
+        )
+    return lines
 
 
 def _job_dict(j: Job) -> dict[str, Any]:

@@ -207,6 +207,14 @@ def _health_metrics(st: Status, h: Health) -> Iterable[Metric]:
     yield GaugeMetricFamily(
         "docinbox_inboxes_watched", "Inbox folders being watched.", value=float(len(inboxes))
     )
+    ignored = GaugeMetricFamily(
+        "docinbox_inbox_ignored_files",
+        "Files in an inbox that match no pattern and are not junk (left in place).",
+        labels=["inbox"],
+    )
+    for ib in inboxes:
+        ignored.add_metric([ib.path], float(ib.ignored))
+    yield ignored
 
 
 def _recent_histogram(seconds: tuple[float, ...]) -> Metric:

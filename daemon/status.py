@@ -205,6 +205,8 @@ class InboxFacts:
     pending: int = 0  # files settling (stability check)
     open_for_write: int = 0  # of those, still open for writing by someone
     scan_error: str | None = None
+    ignored: int = 0  # files matching no pattern (not junk), left in place
+    ignored_names: tuple[str, ...] = ()  # a few of them, relative to the inbox
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -217,6 +219,8 @@ class InboxFacts:
             "pending": self.pending,
             "open_for_write": self.open_for_write,
             "scan_error": self.scan_error,
+            "ignored": self.ignored,
+            "ignored_names": list(self.ignored_names),
         }
 
     @classmethod
@@ -228,6 +232,7 @@ class InboxFacts:
             return None
         alive = d.get("observer_alive")
         recursive = d.get("recursive")
+        names = d.get("ignored_names")
         return cls(
             path=str(d["path"]),
             recursive=recursive if isinstance(recursive, bool) else None,
@@ -238,6 +243,8 @@ class InboxFacts:
             pending=_int(d.get("pending")) or 0,
             open_for_write=_int(d.get("open_for_write")) or 0,
             scan_error=_str(d.get("scan_error")),
+            ignored=_int(d.get("ignored")) or 0,
+            ignored_names=tuple(str(n) for n in names) if isinstance(names, list) else (),
         )
 
 

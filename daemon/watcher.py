@@ -36,7 +36,14 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from daemon.config import InboxConfig
-from daemon.ignore import absolute_path, is_candidate, is_candidate_name, is_ignored_dir_name
+from daemon.display import safe_display
+from daemon.ignore import (
+    absolute_path,
+    is_candidate,
+    is_candidate_name,
+    is_ignored_dir_name,
+    is_ignored_file_name,
+)
 from daemon.mounts import ObserverChoice, ObserverKind, choose_observer_kind
 from daemon.observers import (
     EVENT_FILTER,
@@ -74,6 +81,10 @@ class _InboxState:
     scan_error: str | None = None
     excludes: tuple[Path, ...] = field(default=())  # resolved, strictly inside the root
     real_root: Path | None = None
+    # Files that match no pattern and are not junk: left where they are, logged once and
+    # shown in `status` so a user learns why a dropped .docx or .zip never comes out.
+    ignored: set[PurePath] = field(default_factory=set)  # relative to the root
+    ignored_this_scan: set[PurePath] | None = None  # filled during a full rescan
 
     def key(self) -> tuple[Path, bool, str]:
         return (self.root, self.inbox.recursive, self.inbox.watch)
@@ -427,20 +438,25 @@ class Watcher:
         self._refresh_roots(state)
         present: set[Path] = set()
         offered = 0
+        state.ignored_this_scan = set()
         try:
             for path, st in self._walk(state, state.root, PurePath()):
                 present.add(path)
                 offered += state.tracker.offer(path, StatSignature.of(st), now)
+            # Forget ignored files that are gone, so one dropped again is logged again.
+            state.ignored = state.ignored_this_scan
         except OSError as exc:
             # The root itself is unreadable (share unmounted, folder deleted). Keep the
             # reported signatures: a NAS that comes back must not re-offer every file.
             if state.scan_error is None:
                 logger.warning("inbox %s: cannot scan: %s", state.root, exc)
             state.scan_error = str(exc)
+            state.ignored_this_scan = None
             return
         if state.scan_error is not None:
             logger.info("inbox %s: readable again", state.root)
         state.scan_error = None
+        state.ignored_this_scan = None
         state.tracker.retain_reported(present)
         logger.debug("inbox %s: scan found %d files, %d new", state.root, len(present), offered)
 
@@ -499,12 +515,25 @@ class Watcher:
                             if identity not in seen:
                                 seen.add(identity)
                                 stack.append((Path(entry.path), entry_relative))
-                    elif entry.is_file(follow_symlinks=False) and is_candidate_name(
-                        entry_relative, state.inbox
-                    ):
-                        yield Path(entry.path), entry.stat(follow_symlinks=False)
+                    elif entry.is_file(follow_symlinks=False):
+                        if is_candidate_name(entry_relative, state.inbox):
+                            yield Path(entry.path), entry.stat(follow_symlinks=False)
+                        elif not is_ignored_file_name(entry.name):
+                            self._note_ignored(state, entry_relative)
                 except OSError:
                     continue  # vanished between listing and stat
+
+    def _note_ignored(self, state: _InboxState, relative: PurePath) -> None:
+        if state.ignored_this_scan is not None:
+            state.ignored_this_scan.add(relative)
+        if relative not in state.ignored:
+            state.ignored.add(relative)
+            logger.info(
+                "inbox %s: leaving %s alone: not a document type (patterns: %s)",
+                safe_display(state.root),
+                safe_display(str(relative)),
+                ", ".join(state.inbox.patterns),
+            )
 
     # -- status ---------------------------------------------------------------------------
 
@@ -521,6 +550,8 @@ class Watcher:
                 "pending": len(state.tracker),
                 "open_for_write": state.tracker.open_for_write_count,
                 "scan_error": state.scan_error,
+                "ignored": len(state.ignored),
+                "ignored_names": sorted(safe_display(str(p)) for p in state.ignored)[:5],
             }
             for state in self._states
         ]

@@ -360,3 +360,11 @@ def test_cfg_can_be_swapped_on_reload(store: Store, start: Start, cfg: Config,
     assert get(srv, "/healthz")[0] == 200
     srv.cfg = dataclasses.replace(cfg, outbox=tmp_path / "moved-away")
     assert get(srv, "/healthz")[0] == 503
+
+
+def test_metrics_count_files_an_inbox_ignores(cfg: Config, start: Start) -> None:
+    inbox = str(cfg.inboxes[0].path)
+    live = live_ok(cfg, inboxes=[{"path": inbox, "observer": "inotify", "ignored": 3,
+                                  "ignored_names": ["a.docx", "b.zip", "c.txt"]}])
+    m = metrics(start(lambda: live))
+    assert one(m, "docinbox_inbox_ignored_files", inbox=inbox) == 3

@@ -1156,3 +1156,34 @@ def test_real_inotify_holds_a_file_until_its_writer_closes_it(tmp_path: Path) ->
         assert ticks(watcher, 300.0 + tiny, 310.0) == [path]
     finally:
         watcher.stop()
+
+
+def test_files_of_no_document_type_are_logged_once_counted_and_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from daemon.cli import inbox_lines
+    from daemon.status import InboxFacts
+
+    write(tmp_path / "report.pdf")
+    others = [write(tmp_path / n, b"PK\x03\x04") for n in ("a.docx", "b.zip", "notes.txt")]
+    write(tmp_path / ".DS_Store", b"junk")  # junk is never reported
+    write(tmp_path / "~$a.docx", b"lock")  # nor are Office lock files
+    watcher = make_watcher(InboxConfig(path=tmp_path, patterns=("*.pdf",)), rescan=10.0)
+    with caplog.at_level(logging.INFO, logger="daemon.watcher"):
+        assert ticks(watcher, 0.0, 10.0) == [tmp_path / "report.pdf"]
+        watcher.tick(20.0)  # another full rescan: no second log line
+    logged = [r.getMessage() for r in caplog.records if "not a document type" in r.getMessage()]
+    assert len(logged) == 3 and all("patterns: *.pdf" in m for m in logged)
+    description = watcher.describe()[0]
+    assert description["ignored"] == 3
+    assert description["ignored_names"] == ["a.docx", "b.zip", "notes.txt"]
+    assert all(p.exists() for p in others)  # the user decides what to do with them
+    facts = InboxFacts.from_json(description)
+    assert facts is not None
+    assert inbox_lines(facts)[-1].strip() == (
+        "3 files ignored in inbox: not a document type: a.docx, b.zip, notes.txt"
+    )
+    # Gone from the inbox: forgotten at the next full rescan.
+    others[0].unlink()
+    watcher.tick(30.0)
+    assert watcher.describe()[0]["ignored"] == 2

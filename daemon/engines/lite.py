@@ -264,6 +264,11 @@ class LiteEngine:
 
     def _ocr_upright(self, image: Image.Image) -> tuple[list[_Line], Orientation, Image.Image]:
         """OCR lines of the page turned upright, the turn, and the upright image."""
+        if self._orientation_method == "tiles" and self._tiles is not None:
+            # The classifier decides before OCR: one OCR pass, on the upright page.
+            orientation = self._tiles.detect(image)
+            image = upright(image, orientation.angle)
+            return self._ocr_lines(image), orientation, image
         lines = self._ocr_lines(image)
         orientation = self._orientation(image, lines)
         if orientation.angle:
@@ -272,8 +277,6 @@ class LiteEngine:
         return lines, orientation, image
 
     def _orientation(self, image: Image.Image, lines: Sequence[_Line]) -> Orientation:
-        if self._orientation_method == "tiles" and self._tiles is not None:
-            return self._tiles.detect(image)
         if self._orientation_method != "ocr":
             return Orientation(angle=0, method="off", confidence=0.0)
         w, h = image.size
