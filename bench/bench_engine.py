@@ -100,7 +100,7 @@ def plan_probe(plan: dict[str, Any], m_block: int, token_scale: float) -> Probe:
 
 
 def block_tokens(plan: dict[str, Any]) -> dict[tuple[int, int, int, int], int]:
-    return {tuple(b["bbox"]): b["tokens"] for b in plan["blocks"] if b["tokens"] > 0}  # type: ignore[misc]
+    return {tuple(b["bbox"]): b["tokens"] for b in plan["blocks"] if b["tokens"] > 0}
 
 
 def _key(bbox: Any) -> tuple[int, int, int, int]:
@@ -213,10 +213,11 @@ class BenchMinerU(MinerUEngine):
     def load(self) -> Any:
         info = super().load()
         opts = self.config.options
-        self._plans = {p["page_idx"]: p for p in json.loads(Path(opts["plans"]).read_text())}
-        self._log = Path(opts["log"])
+        # Plugin options come from YAML untyped: plans and log are paths, token_scale a number.
+        self._plans = {p["page_idx"]: p for p in json.loads(Path(str(opts["plans"])).read_text())}
+        self._log = Path(str(opts["log"]))
         first = next(iter(self._plans.values()))
-        self._probe = plan_probe(first, 32, float(opts.get("token_scale", 1.0)))
+        self._probe = plan_probe(first, 32, float(str(opts.get("token_scale", 1.0))))
         client = self._client
         instrument(client.client.model, client.helper, self._probe, generator=self._generator)
         return info

@@ -75,8 +75,8 @@ FIXED_LAYOUT_BLOCKS = (
 
 
 def fixed_plan(pdf: Path, n_layout: int, m_block: int) -> dict[str, Any]:
-    sys.path.insert(0, str(BENCH))
-    from realistic import layout_string
+    sys.path.insert(0, str(REPO))
+    from bench.realistic import layout_string
 
     return {
         "pdf": str(pdf),
@@ -128,9 +128,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from PIL import Image
 
     sys.path.insert(0, str(REPO))
-    sys.path.insert(0, str(BENCH))
-    from bench_engine import instrument, plan_probe
-
+    from bench.bench_engine import instrument, plan_probe
     from daemon.page import PageInput, PageOptions
 
     import_seconds = time.monotonic() - t_import
@@ -205,7 +203,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         )
         cfg = engine.config
         options = PageOptions(
-            text_layer=text_layer,  # type: ignore[arg-type]
+            text_layer=text_layer,
             max_new_tokens_layout=cfg.max_new_tokens_layout,
             max_new_tokens_block=cfg.max_new_tokens_block,
         )
@@ -566,8 +564,8 @@ def markdown(results: dict[str, Any]) -> str:
 
 
 def build_plans(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
-    sys.path.insert(0, str(BENCH))
-    import realistic
+    sys.path.insert(0, str(REPO))
+    from bench import realistic
 
     if not args.realistic:
         pdf = args.pdf or DEFAULT_PDF
