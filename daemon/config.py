@@ -7,9 +7,9 @@ Every config key is declared ONCE, below, as a field of a settings dataclass:
 The field gives the Python name, type and default; `setting(...)` adds the doc line, the
 parser that checks a value (and words its problem), the YAML key when it differs
 (`yaml="max_file_size"`), `secret=True`, `page=True` (an inbox may override it), and
-relations (`at_least=`, `differs_from=`). Loading, problems, `check-config --show`
-(`redacted_dict`), the README table (`readme_table`) and the page options
-(`page_options_for`) are all derived from these declarations; the machinery is in
+relations (`at_least=`, `differs_from=`, a section's `check=`). Loading, problems,
+`check-config --show` (`redacted_dict`), the README table (`readme_table`) and the page
+options (`page_options_for`) are all derived from these declarations; the machinery is in
 `daemon/config_schema.py`, reading the file in `daemon/config_yaml.py`, folder checks in
 `daemon/folders.py`.
 
