@@ -139,3 +139,37 @@ def test_server_absent_at_start_falls_back_then_switches_back_by_itself(
     finally:
         if server is not None:
             server.stop()
+
+
+def test_server_gone_for_longer_than_the_retries_hands_the_document_to_the_fallback(
+    daemon_factory: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """Mid-document, the server stays down past every retry: the document is not failed;
+    it goes back to the queue, resumes at its first unfinished page under the fallback, and
+    the daemon switches back to the server once it answers again."""
+    server = LlamaServer(tmp_path, parallel=2).start()
+    restarted: LlamaServer | None = None
+    try:
+        engine = http_engine(server.url, retries=1, retry_backoff_seconds=0.2, reprobe_seconds=1)
+        d = daemon_factory(engine=engine).start()
+        make_scanned_pdf(tmp_path / "inbox" / "doc.pdf", [[f"page {i}"] for i in range(8)])
+        wait_for(lambda: d.jobs() and pages_of(d, d.jobs()[0]["id"]), 120, "a first page", d.proc)
+        server.kill()
+        (job,) = d.wait_settled(1, timeout=240)
+        assert job["state"] == "done", d.output()
+        assert pages_of(d, job["id"]) == list(range(8))
+        (md,) = d.outputs()
+        meta = d.meta(md)
+        assert meta["engine"]["engines_used_per_page"] == ["lite", "mineru"]
+        assert meta["fallback"] is True
+        by_page = [p["engine"] for p in meta["pages"]]
+        assert by_page[0] == "mineru" and by_page[-1] == "lite"
+        assert by_page == sorted(by_page, key=lambda e: e != "mineru")  # one switch, in order
+        assert "FALLING BACK" in d.output()
+        restarted = LlamaServer(tmp_path, parallel=2, port=server.port).start()
+        wait_for(lambda: "SWITCHING BACK" in d.output(), 120, "the switch back", d.proc)
+        d.stop()
+    finally:
+        server.stop()
+        if restarted is not None:
+            restarted.stop()

@@ -44,13 +44,16 @@ def document_meta(
             "model": (engine.get("details") or {}).get("model"),
             "engines_used_per_page": engines_used,
         },
-        "fallback": configured_engine not in engines_used,
+        # True when any page was done by another engine than the configured one (all of
+        # them at start-up, or the rest of a document after its engine went away midway).
+        "fallback": any(e != configured_engine for e in engines_used),
         "page_count": len(pages),
         "seconds_per_page": [round(float(p["seconds"]), 3) for p in pages],
         "block_sources": sources,
         "pages": [
             {
                 "page_idx": p["page_idx"],
+                "engine": p["engine"],
                 **p["info"],
                 # Which block came from where, in the page's reading order (the order of
                 # content_list.json): the PDF text layer, OCR or the model.
