@@ -347,3 +347,25 @@ def test_model_pull_fetches_the_known_pair_and_the_engine_finds_it(tmp_path: Pat
     other = docinbox("model", "pull", "--runtime", "llama-cpp", "--model",
                      "opendatalab/MinerU2.5-2509-1.2B", "--config", str(cfg), env=env)
     assert other.returncode == 4 and "no GGUF is known" in other.stderr
+
+
+def test_show_masks_the_api_key_and_url_credentials(tmp_path: Path) -> None:
+    cfg = engine_config(tmp_path, {"runtime": "http", "http": {
+        "server_url": "https://bob:hunter2@gpu-box:8000", "api_key": "sk-very-secret"}})
+    shown = docinbox("check-config", "--show", "--config", str(cfg))
+    assert shown.returncode == 0, shown.stderr
+    assert "hunter2" not in shown.stdout and "sk-very-secret" not in shown.stdout
+    http = yaml.safe_load(shown.stdout)["engine"]["http"]
+    assert http["api_key"] == "***"
+    assert http["server_url"] == "https://***@gpu-box:8000"
+
+
+def test_bad_runtime_keys_are_reported_with_their_paths(tmp_path: Path) -> None:
+    cfg = engine_config(tmp_path, {"runtime": "vllm", "http": {
+        "server_url": "gpu-box:8000", "max_in_flight": 0},
+        "llama_cpp": {"parallel": 0}})
+    out = docinbox("check-config", "--config", str(cfg))
+    assert out.returncode == 78
+    for key in ("engine.runtime", "engine.http.server_url", "engine.http.max_in_flight",
+                "engine.llama_cpp.parallel"):
+        assert key in out.stderr
