@@ -393,7 +393,7 @@ def cmd_model(args: argparse.Namespace) -> int:
             else:
                 print(f"{model_id}: downloaded to {where}")
         else:
-            info = model.info(
+            info = {"runtime": "transformers"} | model.info(
                 model_id,
                 revision,
                 try_load=not args.no_load,
