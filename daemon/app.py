@@ -26,10 +26,10 @@ from daemon.display import safe_display
 from daemon.errors import ExitCode
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.ingest import Ingestor, IngestRetries
+from daemon.live import InboxFacts, Live
 from daemon.notify import Notifier
 from daemon.publish import Publisher
 from daemon.reminder import Reminder
-from daemon.status import InboxFacts, Live
 from daemon.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.supervisor import Phase, Supervisor
 from daemon.watcher import Watcher

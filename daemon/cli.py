@@ -33,8 +33,9 @@ from daemon.config import (
 )
 from daemon.display import safe_display
 from daemon.errors import ExitCode
+from daemon.live import InboxFacts
 from daemon.states import JobState
-from daemon.status import InboxFacts, Status, collect
+from daemon.status import Status, collect
 from daemon.store import Job, Store
 from daemon.units import age, gib, mib
 

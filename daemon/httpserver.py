@@ -36,7 +36,8 @@ from daemon import metrics, web
 from daemon.auth import TokenGate
 from daemon.config import Config
 from daemon.health import Thresholds, Verdict, assess, healthz_body
-from daemon.status import LiveFn, Status, collect
+from daemon.live import LiveFn
+from daemon.status import Status, collect
 from daemon.store import Store
 
 log = logging.getLogger("docinbox.http")

@@ -39,6 +39,7 @@ from daemon.config import Config, page_options_for, parse_page_range
 from daemon.display import safe_display
 from daemon.engines.http_runtime import display_url
 from daemon.errors import FailureKind
+from daemon.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.page import PageOptions
 from daemon.protocol import (
     DocError,
@@ -55,7 +56,6 @@ from daemon.protocol import (
     Unavailable,
 )
 from daemon.reprobe import Reprobe
-from daemon.status import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.store import Job, Store, StoreBusy
 
 log = logging.getLogger("docinbox.supervisor")

@@ -81,5 +81,9 @@ def test_daemon_has_no_import_cycle() -> None:
 def test_status_is_read_without_the_cli_or_the_server() -> None:
     # The status value sits below everything that shows it.
     graph = import_graph()
-    for reader in ("daemon.cli", "daemon.httpserver", "daemon.metrics", "daemon.health"):
+    for reader in ("daemon.cli", "daemon.httpserver", "daemon.metrics", "daemon.health",
+                   "daemon.web"):
         assert reader not in graph["daemon.status"]
+        assert reader not in graph["daemon.live"]
+    # the daemon's own facts are plain data: no store, no supervisor, no config
+    assert graph["daemon.live"] == set()

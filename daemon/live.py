@@ -1,0 +1,297 @@
+"""What only the running daemon knows, as frozen values: `Live` and its parts.
+
+The daemon builds one `Live` per main-loop tick (worker phase and memory, the page in
+progress, inbox observers, the engine the worker loaded) and rebinds it for its HTTP
+thread, which reads it without a lock. Every few seconds it is also written to the
+store's `runtime` table (`Live.to_runtime`) for `docinbox status`, which runs in another
+process and reads it back with `Live.from_runtime`: that row is JSON written by another
+process (maybe an older version), so reading it never trusts a type.
+
+`daemon.status` combines a Live with what the database says into the one `Status`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+# JSON-able leaf values: what the runtime table and the engine's free-form facts hold.
+Scalar = str | int | float | bool | None
+
+
+# -- parsing the loosely typed runtime row (JSON written by another process) ------------
+
+
+def _num(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _int(value: object) -> int | None:
+    n = _num(value)
+    return None if n is None else int(n)
+
+
+def _str(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _map(value: object) -> Mapping[str, object]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _scalars(value: object) -> dict[str, Scalar]:
+    return {
+        str(k): v if isinstance(v, str | int | float | bool) or v is None else str(v)
+        for k, v in _map(value).items()
+    }
+
+
+# -- the parts ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """The engine the worker loaded (`loaded`), or only the configured name before that."""
+
+    name: str | None
+    model_id: str | None = None
+    revision: str | None = None
+    precision: str | None = None
+    details: Mapping[str, Scalar] = field(default_factory=dict)
+    loaded: bool = False
+
+    @property
+    def runtime(self) -> str | None:
+        """How the model runs (transformers, http, llama-cpp), when the engine says."""
+        return _str(self.details.get("runtime"))
+
+    @property
+    def server(self) -> str | None:
+        """The model server, for the http runtime."""
+        return _str(self.details.get("server"))
+
+    def to_json(self) -> dict[str, object]:
+        if not self.loaded:
+            return {"name": self.name}
+        return {
+            "name": self.name,
+            "model_id": self.model_id,
+            "revision": self.revision,
+            "precision": self.precision,
+            "details": dict(self.details),
+        }
+
+    @classmethod
+    def from_json(cls, raw: object, name: str | None) -> EngineFacts:
+        """`raw`: the worker's EngineInfo as a dict ({} before the worker is ready)."""
+        info = _map(raw)
+        if not info:
+            return cls(name=name)
+        return cls(
+            name=_str(info.get("name")) or name,
+            model_id=_str(info.get("model_id")),
+            revision=_str(info.get("revision")),
+            precision=_str(info.get("precision")),
+            details=_scalars(info.get("details")),
+            loaded=True,
+        )
+
+
+@dataclass(frozen=True)
+class CurrentDoc:
+    """The document in progress: page n/N (1-based) and block k/K inside the page."""
+
+    job_id: int
+    path: str
+    page: int | None
+    pages: int | None
+    block: tuple[int, int] | None
+    stage: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "job_id": self.job_id,
+            "path": self.path,
+            "page": self.page,
+            "pages": self.pages,
+            "block": list(self.block) if self.block else None,
+            "stage": self.stage,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> CurrentDoc | None:
+        d = _map(raw)
+        job_id = _int(d.get("job_id"))
+        if job_id is None:
+            return None
+        block = d.get("block")
+        pair: tuple[int, int] | None = None
+        if isinstance(block, list | tuple) and len(block) == 2:
+            k, n = _int(block[0]), _int(block[1])
+            pair = (k, n) if k is not None and n is not None else None
+        return cls(
+            job_id=job_id,
+            path=str(d.get("path") or ""),
+            page=_int(d.get("page")),
+            pages=_int(d.get("pages")),
+            block=pair,
+            stage=_str(d.get("stage")),
+        )
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    phase: str  # the supervisor's Phase value; "stopped" when no daemon runs
+    pid: int | None = None
+    rss: int | None = None  # bytes, last sample
+    peak_rss: int | None = None
+    restarts: int | None = None  # worker (re)starts since the daemon started
+    # Seconds since the supervisor last heard from the worker, as of the main loop's
+    # tick (None: no worker process).
+    last_heartbeat_age: float | None = None
+
+
+@dataclass(frozen=True)
+class SupervisorFacts:
+    """What `Supervisor.snapshot()` knows."""
+
+    engine: EngineFacts
+    fallback_reason: str | None
+    fatal: str | None
+    worker: WorkerFacts
+    current: CurrentDoc | None
+
+
+@dataclass(frozen=True)
+class InboxFacts:
+    """One watched inbox, as `Watcher.describe()` reports it."""
+
+    path: str
+    recursive: bool | None = None
+    watch: str | None = None
+    observer: str | None = None  # inotify|poll|none|...
+    observer_alive: bool = True
+    reason: str | None = None  # why this observer was chosen
+    pending: int = 0  # files settling (stability check)
+    open_for_write: int = 0  # of those, still open for writing by someone
+    scan_error: str | None = None
+    ignored: int = 0  # files matching no pattern (not junk), left in place
+    ignored_names: tuple[str, ...] = ()  # a few of them, relative to the inbox
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": self.path,
+            "recursive": self.recursive,
+            "watch": self.watch,
+            "observer": self.observer,
+            "observer_alive": self.observer_alive,
+            "reason": self.reason,
+            "pending": self.pending,
+            "open_for_write": self.open_for_write,
+            "scan_error": self.scan_error,
+            "ignored": self.ignored,
+            "ignored_names": list(self.ignored_names),
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> InboxFacts | None:
+        if isinstance(raw, str):
+            return cls(path=raw)
+        d = _map(raw)
+        if d.get("path") is None:
+            return None
+        alive = d.get("observer_alive")
+        recursive = d.get("recursive")
+        names = d.get("ignored_names")
+        return cls(
+            path=str(d["path"]),
+            recursive=recursive if isinstance(recursive, bool) else None,
+            watch=_str(d.get("watch")),
+            observer=_str(d.get("observer")),
+            observer_alive=alive if isinstance(alive, bool) else True,
+            reason=_str(d.get("reason")),
+            pending=_int(d.get("pending")) or 0,
+            open_for_write=_int(d.get("open_for_write")) or 0,
+            scan_error=_str(d.get("scan_error")),
+            ignored=_int(d.get("ignored")) or 0,
+            ignored_names=tuple(str(n) for n in names) if isinstance(names, list) else (),
+        )
+
+
+@dataclass(frozen=True)
+class Live:
+    """What the running daemon knows in memory, taken once per main-loop tick."""
+
+    pid: int | None
+    started_at: float | None  # wall
+    updated_at: float | None  # wall, when taken
+    version: str | None
+    configured_engine: str | None
+    engine: EngineFacts
+    fallback_reason: str | None
+    fatal: str | None
+    stopping: bool
+    worker: WorkerFacts
+    current: CurrentDoc | None
+    inboxes: tuple[InboxFacts, ...]
+    # time.monotonic() of the main loop when taken: its age is how long the loop has not
+    # ticked. None when read back from the database (another process' clock).
+    taken_at: float | None = None
+
+    def to_runtime(self) -> dict[str, object]:
+        """The row `docinbox status` reads from another process (keys kept stable: the
+        runtime table outlives an upgrade)."""
+        return {
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "updated_at": self.updated_at,
+            "version": self.version,
+            "configured_engine": self.configured_engine,
+            "phase": self.worker.phase,
+            "engine": self.engine.name,
+            "engine_info": self.engine.to_json() if self.engine.loaded else {},
+            "fallback_reason": self.fallback_reason,
+            "fatal": self.fatal,
+            "stopping": self.stopping,
+            "worker_pid": self.worker.pid,
+            "worker_rss": self.worker.rss,
+            "worker_peak_rss": self.worker.peak_rss,
+            "worker_restarts": self.worker.restarts,
+            "last_heartbeat_age": self.worker.last_heartbeat_age,
+            "current": self.current.to_json() if self.current else None,
+            "inboxes": [ib.to_json() for ib in self.inboxes],
+        }
+
+    @classmethod
+    def from_runtime(cls, rt: Mapping[str, object]) -> Live:
+        raw_inboxes = rt.get("inboxes")
+        inboxes = [
+            InboxFacts.from_json(e) for e in (raw_inboxes if isinstance(raw_inboxes, list) else [])
+        ]
+        return cls(
+            pid=_int(rt.get("pid")),
+            started_at=_num(rt.get("started_at")),
+            updated_at=_num(rt.get("updated_at")),
+            version=_str(rt.get("version")),
+            configured_engine=_str(rt.get("configured_engine")),
+            engine=EngineFacts.from_json(rt.get("engine_info"), _str(rt.get("engine"))),
+            fallback_reason=_str(rt.get("fallback_reason")),
+            fatal=_str(rt.get("fatal")),
+            stopping=rt.get("stopping") is True,
+            worker=WorkerFacts(
+                phase=_str(rt.get("phase")) or "stopped",
+                pid=_int(rt.get("worker_pid")),
+                rss=_int(rt.get("worker_rss")),
+                peak_rss=_int(rt.get("worker_peak_rss")),
+                restarts=_int(rt.get("worker_restarts")),
+                last_heartbeat_age=_num(rt.get("last_heartbeat_age")),
+            ),
+            current=CurrentDoc.from_json(rt.get("current")),
+            inboxes=tuple(ib for ib in inboxes if ib is not None),
+        )
+
+
+# The daemon's accessor for its latest Live (called from the HTTP thread).
+LiveFn = Callable[[], Live]
