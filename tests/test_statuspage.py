@@ -5,6 +5,7 @@ What a browser does with it (scripts, the DOM) is in test_statuspage_browser.py.
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import re
@@ -16,6 +17,7 @@ import yaml
 
 from daemon.config import Config, ConfigError, http_token, load_config, redacted_dict
 from daemon.httpserver import HttpServer, start_http_server
+from daemon.live import CurrentDoc, Live
 from daemon.status import collect
 from daemon.store import Store
 from tests.test_health import MONO, NOW, arrive, cfg, live_ok  # noqa: F401 - fixture
@@ -224,3 +226,30 @@ def test_token_file(tmp_path: Path) -> None:
     secret.write_text("\n")
     assert "empty" in problems(tmp_path, enabled=True, token_file=str(secret))
     assert "not both" in problems(tmp_path, token="x", token_file=str(secret))
+
+
+def test_now_shows_page_and_block_progress_and_a_loud_fallback(
+    store: Store, cfg: Config  # noqa: F811
+) -> None:
+    def live() -> Live:
+        return dataclasses.replace(
+            live_ok(cfg, fallback_reason="MinerU weights are not in the cache",
+                    engine_info={"name": "lite", "precision": "fp32"}),
+            current=CurrentDoc(job_id=3, path="/in/next.pdf", page=2, pages=5, block=(3, 7),
+                               stage="block"),
+        )
+
+    srv = start_http_server(cfg, live, wall=lambda: NOW, monotonic=lambda: MONO,
+                            poll_interval=0.01)
+    try:
+        code, _, html = request(srv, "/")
+    finally:
+        srv.stop()
+    assert code == 200
+    now = html[html.index('id="now"'):html.index('id="queue"')]
+    assert "next.pdf" in now
+    assert '<progress id="page-progress" max="5" value="1">' in now
+    assert '<progress id="block-progress" max="7" value="3">' in now
+    banner = html[html.index('id="fallback"'):html.index('id="now"')]
+    assert "FALLBACK" in banner and "MinerU weights are not in the cache" in banner
+    assert "docinbox model pull" in banner and "reprocess --all" in banner
