@@ -153,8 +153,12 @@ class Daemon:
                 )
             except OSError as exc:
                 # A port clash must not stop document processing; say so and go on.
-                log.error("health endpoint not started on %s:%d: %s", self.cfg.http.host,
-                          self.cfg.http.port, exc)
+                log.error(
+                    "http server (status page, /healthz, /metrics) not started on %s:%d: %s",
+                    self.cfg.http.host,
+                    self.cfg.http.port,
+                    exc,
+                )
         for w in self.watcher.describe():
             log.info(
                 "watching %s (%s: %s)",

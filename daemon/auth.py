@@ -22,6 +22,9 @@ import ipaddress
 from http.cookies import CookieError, SimpleCookie
 
 COOKIE = "docinbox_token"
+# A phone's browser keeps the login this long (a session cookie would be gone whenever the
+# browser is swiped away). Changing the token ends every login at once.
+COOKIE_SECONDS = 90 * 86400
 
 
 def is_loopback(host: str) -> bool:
@@ -73,4 +76,7 @@ class TokenGate:
         return False
 
     def set_cookie_header(self) -> str:
-        return f"{COOKIE}={self.cookie_value}; Path=/; HttpOnly; SameSite=Strict"
+        return (
+            f"{COOKIE}={self.cookie_value}; Path=/; Max-Age={COOKIE_SECONDS}; HttpOnly; "
+            "SameSite=Strict"
+        )
