@@ -557,6 +557,24 @@ class LoggingConfig:
     json: bool = setting(default=False, parse=p_bool, doc="one JSON object per line")
 
 
+OutputLayout = Literal["default", "mineru-legacy"]
+
+
+@settings
+class OutputConfig:
+    layout: OutputLayout = setting(
+        default="default",
+        choices=get_args(OutputLayout),
+        doc="`default`: files in `<stem>/`; `mineru-legacy`: MinerU's files in "
+        "`<stem>/auto/` (where RAGFlow's MinerU parser looks), meta.json beside `auto/`",
+    )
+    extra_json: bool = setting(
+        default=True,
+        parse=p_bool,
+        doc="also write `<stem>_content_list_v2.json`, `_middle.json` and `_model.json`",
+    )
+
+
 @settings
 class HttpConfig:
     enabled: bool = setting(
@@ -703,6 +721,7 @@ class Config:
     http: HttpConfig = section(
         default_factory=HttpConfig, doc="the status endpoint", check=_check_http
     )
+    output: OutputConfig = section(default_factory=OutputConfig, doc="what an outbox folder holds")
     # Not a key: the file this was loaded from.
     source: Path | None = dataclasses.field(default=None)
 

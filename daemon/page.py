@@ -9,7 +9,7 @@ is typed only for the type checker; the worker and the engines are the ones hold
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -43,6 +43,15 @@ ASIDE_TEXT = "aside_text"
 PAGE_FOOTNOTE = "page_footnote"
 PHONETIC = "phonetic"
 
+# Blocks the worker cuts a JPEG crop for (MinerU does the same), and the crop's file name.
+CROPPED_TYPES = frozenset({IMAGE, TABLE, CHART, EQUATION})
+
+
+def crop_name(page_idx: int, block_type: str, index: int) -> str:
+    """MinerU's name for a block's crop: `page_<page_idx>_<type>_<index>.jpg`."""
+    return f"page_{page_idx}_{block_type}_{index}.jpg"
+
+
 # Where a block's content came from; recorded in meta.json so a user can tell.
 SOURCE_TEXT_LAYER = "text_layer"
 SOURCE_OCR = "ocr"
@@ -51,7 +60,11 @@ SOURCE_MODEL = "model"
 
 @dataclass(frozen=True)
 class Block:
-    """One layout block of a page, in reading order.
+    """One layout block of a page, in reading order, in MinerU's block vocabulary.
+
+    Engines emit blocks flat, captions and footnotes as blocks of their own right after or
+    before their figure, list items as `text` blocks inside a `list` box, the way
+    mineru-vl-utils hands them over; the output formats group them as MinerU's renderers do.
 
     bbox is (x0, y0, x1, y1) normalised to 0..1 of the page width/height, so it does not
     depend on the render DPI. content_list.json scales it to MinerU's 0..1000 ints.
@@ -60,12 +73,20 @@ class Block:
     type: str
     bbox: tuple[float, float, float, float]
     text: str = ""
-    text_level: int = 0  # 1 = top heading, 2 = sub-heading, ...; 0 = body
+    # Heading depth for titles: 1 = document title, 2 = section, ...; 0 = not known (the
+    # output decides as MinerU does) or body text.
+    text_level: int = 0
     html: str | None = None  # tables
     latex: str | None = None  # equations
     angle: int | None = None  # 0/90/180/270 when the engine detected rotated content
     source: str = SOURCE_MODEL
-    md: str | None = None  # Markdown the engine assembled itself; output uses it verbatim
+    # What the model said the picture is ("natural_image", "bar_chart", ...) and, in
+    # `text`, its description (images) or its data as a Markdown table (charts).
+    sub_type: str | None = None
+    # Position of the block in the engine's own layout answer for this page. MinerU names
+    # crops after it (images/page_<page_idx>_<type>_<index>.jpg); None = position in page.
+    index: int | None = None
+    continues_prev: bool = False  # a paragraph continued after a column or page break
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,9 +95,25 @@ class Block:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Block:
-        d = dict(d)
-        d["bbox"] = tuple(d["bbox"])
-        return cls(**d)
+        # Pages stored by an older docinbox may carry keys this version dropped (e.g. the
+        # engine-made Markdown "md"): a resumed document must still load.
+        known = {f.name for f in fields(cls)}
+        kept = {k: v for k, v in d.items() if k in known}
+        kept["bbox"] = tuple(kept["bbox"])
+        return cls(**kept)
+
+
+@dataclass(frozen=True)
+class Crop:
+    """A JPEG cut from the rendered page for one image, table, chart or equation block.
+
+    Cut by the worker after the engine answered (the daemon never holds pixels), stored
+    with the page so a resumed document keeps it, written to `images/<name>`.
+    """
+
+    name: str  # page_<page_idx>_<type>_<index>.jpg, as MinerU names it
+    jpeg: bytes
+    size: tuple[int, int]  # pixels (width, height)
 
 
 @dataclass(frozen=True)
@@ -115,6 +152,10 @@ class PageResult:
     blocks: list[Block]
     # Free-form facts for meta.json, e.g. {"text_layer_blocks": 12, "model_blocks": 3}.
     info: dict[str, Any] = field(default_factory=dict)
+    # The model's raw answers for this page (layout string, each block request and answer),
+    # written to <stem>_model.json so post-processing can be re-run without the model.
+    model_output: dict[str, Any] | None = None
+    crops: tuple[Crop, ...] = ()  # filled by the worker, never by engines
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.page import Block, EngineInfo, PageOptions
+from daemon.page import Block, Crop, EngineInfo, PageOptions
 
 # -- supervisor -> worker ---------------------------------------------------------------
 
@@ -118,6 +118,8 @@ class PageDone:
     blocks: tuple[Block, ...]
     info: dict[str, Any] = field(default_factory=dict)  # facts for meta.json
     seconds: float = 0.0  # from the request to the answer
+    crops: tuple[Crop, ...] = ()  # JPEGs of the page's figures (daemon.crops)
+    model_output: dict[str, Any] | None = None  # the model's raw answers (<stem>_model.json)
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,12 @@ stored, and completion runs again: the same-sha256 outbox folder is replaced, th
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +28,11 @@ from daemon.config import Config
 from daemon.display import safe_display
 from daemon.durable import json_bytes
 from daemon.errors import FailureKind
-from daemon.formats.content_list import content_list
-from daemon.formats.markdown import pages_to_markdown
+from daemon.formats.content_list import content_list, content_list_v2
+from daemon.formats.markdown import markdown
 from daemon.formats.meta import document_meta
+from daemon.formats.middle import PageData, build_middle
+from daemon.formats.model import model_json
 from daemon.page import Block
 from daemon.store import Job, Store
 
@@ -39,16 +43,71 @@ def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
 
 
+@dataclass(frozen=True)
+class DocumentFiles:
+    """Everything a finished document's folder is rendered from."""
+
+    pages: Sequence[PageData]
+    meta: Mapping[str, Any]
+    crops: Mapping[str, bytes] = dataclasses.field(default_factory=dict)  # name -> JPEG
+    model: Sequence[dict[str, Any]] = ()  # `<stem>_model.json` entries, one per page
+    page_count: int | None = None  # of the whole document (pages may be a selection)
+    file_suffix: str = ""
+    engine: str | None = None
+
+
+def document_files(
+    name: str, doc: DocumentFiles, *, layout: str = "default", extra_json: bool = True
+) -> dict[str, bytes]:
+    """The folder's files, {path inside the folder: content}, rendered in memory.
+
+    `layout` "mineru-legacy" puts MinerU's files under `auto/` (where RAGFlow's MinerU
+    parser and RAG-Anything look); `<name>.meta.json` always sits at the top, because the
+    outbox writer recognises a document's folder by it.
+    """
+    middle = build_middle(
+        doc.pages, page_count=doc.page_count, file_suffix=doc.file_suffix, engine=doc.engine
+    )
+    prefix = "auto/" if layout == "mineru-legacy" else ""
+    files = {
+        f"{prefix}{name}.md": markdown(middle).encode("utf-8"),
+        f"{prefix}{name}_content_list.json": json_bytes(content_list(middle)),
+    }
+    if extra_json:
+        files[f"{prefix}{name}_content_list_v2.json"] = json_bytes(content_list_v2(middle))
+        files[f"{prefix}{name}_middle.json"] = json_bytes(middle)
+        files[f"{prefix}{name}_model.json"] = json_bytes(list(doc.model))
+    for crop, jpeg in doc.crops.items():
+        files[f"{prefix}images/{crop}"] = jpeg
+    files[f"{name}.meta.json"] = json_bytes(doc.meta)
+    return files
+
+
+def as_pages(pages: Sequence[PageData | Sequence[Block]]) -> list[PageData]:
+    """PageData as they are; bare block lists (tests, simple callers) numbered from 0."""
+    out: list[PageData] = []
+    for i, page in enumerate(pages):
+        if isinstance(page, PageData):
+            out.append(page)
+        else:
+            out.append(PageData(page_idx=i, blocks=tuple(page)))
+    return out
+
+
 def write_document(
     outbox_root: Path,
     subdir: str,
     stem: str,
     sha256: str,
-    pages: Sequence[Sequence[Block]],
+    pages: Sequence[PageData | Sequence[Block]],
     meta: Mapping[str, Any],
+    *,
+    doc: DocumentFiles | None = None,
+    layout: str = "default",
+    extra_json: bool = True,
 ) -> Path:
-    """Write `<stem>.md`, `<stem>_content_list.json` and `<stem>.meta.json` into one new
-    folder `outbox/<subdir>/<stem>/`, atomically (`outbox.write_folder`); return it.
+    """Write a document's folder `outbox/<subdir>/<stem>/` atomically
+    (`outbox.write_folder`); return it.
 
     `stem` is sanitised (`outbox.sanitize_stem`); the files inside are named after it.
     Raises ValueError for a bad `subdir`/`sha256` or a meta of another document, OSError
@@ -61,13 +120,22 @@ def write_document(
     full_meta.setdefault("sha256", sha)
     full_meta.setdefault("docinbox_version", __version__)
     name = outbox.sanitize_stem(stem)
+    base = doc or DocumentFiles(pages=(), meta={})
     # Render everything before touching the disk: a rendering bug must not leave files.
-    files = {
-        f"{name}.md": pages_to_markdown(pages).encode("utf-8"),
-        f"{name}_content_list.json": json_bytes(content_list(pages)),
-        f"{name}.meta.json": json_bytes(full_meta),
-    }
+    files = document_files(
+        name,
+        dataclasses.replace(base, pages=as_pages(pages), meta=full_meta),
+        layout=layout,
+        extra_json=extra_json,
+    )
     return outbox.write_folder(outbox_root, subdir, name, sha256, files)
+
+
+def _size_pt(info: Mapping[str, Any]) -> tuple[float, float] | None:
+    size = info.get("page_size_pt")
+    if isinstance(size, list | tuple) and len(size) == 2:
+        return (float(size[0]), float(size[1]))
+    return None
 
 
 class Publisher:
@@ -96,16 +164,36 @@ class Publisher:
         return paths
 
     def complete(self, job: Job, engine: dict[str, Any]) -> str:
-        pages = self.store.pages(job.id)
-        blocks = [[Block.from_dict(b) for b in p["blocks"]] for p in pages]
-        stem = Path(job.source_path).stem
+        stored = self.store.pages(job.id)
+        crops = self.store.crops(job.id)
+        pages = [
+            PageData(
+                page_idx=p["page_idx"],
+                blocks=tuple(Block.from_dict(b) for b in p["blocks"]),
+                crop_names=frozenset(c.name for c in crops.get(p["page_idx"], [])),
+                size_pt=_size_pt(p["info"]),
+            )
+            for p in stored
+        ]
+        doc = DocumentFiles(
+            pages=pages,
+            meta={},
+            crops={c.name: c.jpeg for page_crops in crops.values() for c in page_crops},
+            model=model_json(stored),
+            page_count=job.page_count,
+            file_suffix=Path(job.source_path).suffix.lstrip(".").lower(),
+            engine=engine.get("name"),
+        )
         folder = write_document(
             self.cfg.outbox,
             job.subdir,
-            stem,
+            Path(job.source_path).stem,
             job.sha256,
-            blocks,
-            self.meta_for(job, pages, engine),
+            pages,
+            self.meta_for(job, stored, engine),
+            doc=doc,
+            layout=self.cfg.output.layout,
+            extra_json=self.cfg.output.extra_json,
         )
         self._dispose_original(job)
         return str(folder)

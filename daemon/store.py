@@ -22,13 +22,14 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlite_utils
 
+from daemon.page import Crop
 from daemon.states import JobState, check_transition
 
 SCHEMA_VERSION = 2
@@ -208,6 +209,25 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # page over the last pages) on every refresh; without an index each read sorts the
     # whole pages table, which only ever grows.
     ("CREATE INDEX pages_done_at ON pages(done_at)",),
+    # 2 -> 3: the model's raw answers and the crops of each page (issue 8).
+    (
+        # The model's raw answers per page, for <stem>_model.json.
+        """
+        ALTER TABLE pages ADD COLUMN model_output TEXT
+        """,
+        # JPEG crops of a page's figures, kept with the page so page-level resume keeps them.
+        """
+        CREATE TABLE page_crops (
+            job_id INTEGER NOT NULL REFERENCES jobs(id),
+            page_idx INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            jpeg BLOB NOT NULL,
+            width INTEGER NOT NULL,
+            height INTEGER NOT NULL,
+            PRIMARY KEY (job_id, page_idx, name)
+        )
+        """,
+    ),
 ]
 
 # What the code needs, checked after migrating: a database file from elsewhere (another
@@ -223,7 +243,8 @@ EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
     "sources": frozenset({"path", "size", "mtime_ns", "sha256", "job_id", "first_seen",
                           "last_seen"}),
     "pages": frozenset({"job_id", "page_idx", "blocks", "info", "engine", "seconds",
-                        "done_at"}),
+                        "done_at", "model_output"}),
+    "page_crops": frozenset({"job_id", "page_idx", "name", "jpeg", "width", "height"}),
     "counters": frozenset({"name", "value"}),
     "runtime": frozenset({"key", "value"}),
 }
@@ -490,12 +511,23 @@ class Store:
         engine: str,
         seconds: float,
         now: float,
+        crops: Sequence[Crop] = (),
+        model_output: dict[str, Any] | None = None,
     ) -> None:
+        """Commit one finished page with its crops, in one transaction."""
         with self.tx() as c:
             c.execute(
                 "INSERT OR REPLACE INTO pages(job_id, page_idx, blocks, info, engine, seconds,"
-                " done_at) VALUES(?, ?, ?, ?, ?, ?, ?)",
-                (job_id, page_idx, json.dumps(blocks), json.dumps(info), engine, seconds, now),
+                " done_at, model_output) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, page_idx, json.dumps(blocks), json.dumps(info), engine, seconds, now,
+                 json.dumps(model_output) if model_output is not None else None),
+            )
+            c.execute("DELETE FROM page_crops WHERE job_id = ? AND page_idx = ?",
+                      (job_id, page_idx))
+            c.executemany(
+                "INSERT INTO page_crops(job_id, page_idx, name, jpeg, width, height)"
+                " VALUES(?, ?, ?, ?, ?, ?)",
+                [(job_id, page_idx, cr.name, cr.jpeg, cr.size[0], cr.size[1]) for cr in crops],
             )
             c.execute(
                 "UPDATE jobs SET pages_done = (SELECT COUNT(*) FROM pages WHERE job_id = ?)"
@@ -516,9 +548,24 @@ class Store:
                 "info": json.loads(r["info"]),
                 "engine": r["engine"],
                 "seconds": r["seconds"],
+                "model_output": json.loads(r["model_output"]) if r["model_output"] else None,
             }
             for r in rows
         ]
+
+    def crops(self, job_id: int) -> dict[int, list[Crop]]:
+        """The stored crops of a job's pages, by page index."""
+        rows = self.conn.execute(
+            "SELECT page_idx, name, jpeg, width, height FROM page_crops WHERE job_id = ?"
+            " ORDER BY page_idx, name",
+            (job_id,),
+        ).fetchall()
+        out: dict[int, list[Crop]] = {}
+        for r in rows:
+            out.setdefault(int(r["page_idx"]), []).append(
+                Crop(name=r["name"], jpeg=bytes(r["jpeg"]), size=(r["width"], r["height"]))
+            )
+        return out
 
     def done_pages(self, job_id: int) -> set[int]:
         rows = self.conn.execute("SELECT page_idx FROM pages WHERE job_id = ?", (job_id,))
@@ -610,6 +657,7 @@ class Store:
         """`docinbox reprocess`: a done job runs again from page 0 (e.g. after a fallback)."""
         with self.tx() as c:
             job = self._set_state(c, job_id, JobState.QUEUED, pages_done=0, **self._CLEAN_SLATE)
+            c.execute("DELETE FROM page_crops WHERE job_id = ?", (job_id,))
             c.execute("DELETE FROM pages WHERE job_id = ?", (job_id,))
             return job
 

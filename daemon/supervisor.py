@@ -424,6 +424,8 @@ class Supervisor:
                     self.engine_info.get("name", "?"),
                     seconds,
                     self.wall(),
+                    crops=msg.crops,
+                    model_output=msg.model_output,
                 )
                 log.info(
                     "job %s: page %d/%s in %.1f s",

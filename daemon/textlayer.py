@@ -38,6 +38,10 @@ class TextLine:
     invisible: bool = False  # drawn with text render mode 3: an OCR layer over a scan
     unmapped: int = 0  # characters PDFium could not map to Unicode (garbled on extraction)
     bold: bool = False  # most characters are in a bold font (weight or font name says so)
+    # Each word of an upright line with its horizontal extent (x0, x1) in 0..1, so a line
+    # that runs across two layout boxes (a page number and a footer on one baseline) can
+    # be shared between them. Empty for rotated lines: then the line counts as a whole.
+    words: tuple[tuple[str, float, float], ...] = ()
 
 
 # A gap wider than this many line heights (≈1.2 em each) between characters on one baseline
@@ -250,7 +254,7 @@ def _group_lines(stream: Sequence[_Char | str], page_size: tuple[float, float]) 
     def flush() -> None:
         nonlocal current, text, pending_space
         if current:
-            lines.append(_make_line(current, "".join(text).strip(), page_size))
+            lines.append(_make_line(current, "".join(text).strip(), page_size, text))
         current, text, pending_space = [], [], False
 
     for item in stream:
@@ -294,7 +298,42 @@ def _continues_line(current: list[_Char], char: _Char) -> bool:
     return gap <= _SEGMENT_GAP * height
 
 
-def _make_line(chars: list[_Char], text: str, page_size: tuple[float, float]) -> TextLine:
+def _words(
+    chars: list[_Char], pieces: list[str], width: float
+) -> tuple[tuple[str, float, float], ...]:
+    """Words of an upright line with their x extent; `pieces` is the line's text as
+    appended: one entry per char in `chars`, plus " " entries where a space was inserted."""
+    if any(c.quarter != 0 for c in chars):
+        return ()
+    words: list[tuple[str, float, float]] = []
+    word: list[_Char] = []
+    it = iter(chars)
+
+    def close() -> None:
+        if word:
+            text = "".join(c.ch for c in word)
+            if text.strip():
+                x0 = min(c.box[0] for c in word) / width
+                x1 = max(c.box[2] for c in word) / width
+                words.append((text.strip(), _clamp(x0), _clamp(x1)))
+        word.clear()
+
+    for piece in pieces:
+        if piece == " ":
+            close()
+            continue
+        char = next(it)
+        if char.ch.isspace():
+            close()
+        else:
+            word.append(char)
+    close()
+    return tuple(words)
+
+
+def _make_line(
+    chars: list[_Char], text: str, page_size: tuple[float, float], pieces: list[str] | None = None
+) -> TextLine:
     width, height = page_size
     bbox = (
         _clamp(min(c.box[0] for c in chars) / width),
@@ -310,6 +349,7 @@ def _make_line(chars: list[_Char], text: str, page_size: tuple[float, float]) ->
         invisible=sum(c.invisible for c in chars) * 2 > len(chars),
         bold=sum(c.bold for c in chars) * 2 > len(chars),
         unmapped=sum(c.unmapped for c in chars),
+        words=_words(chars, pieces, width) if pieces is not None else (),
     )
 
 
@@ -369,19 +409,29 @@ def text_in_bbox(
     *,
     min_overlap: float = 0.5,
 ) -> str:
-    """The text of the lines that lie mostly inside `bbox` (normalised), top to bottom.
+    """The text inside `bbox` (normalised), top to bottom.
 
     For engines that find blocks on the image and fill them from the text layer. A line
-    counts when at least `min_overlap` of its area is inside the box.
+    counts when at least `min_overlap` of its area is inside the box. A line that also
+    runs outside the box sideways gives only its words whose middle is inside, and a line
+    mostly outside still gives those words: one baseline can hold two layout blocks (a
+    page number, then the footer text), and each must get its own words.
     """
     x0, y0, x1, y1 = bbox
-    picked: list[TextLine] = []
+    picked: list[tuple[TextLine, str]] = []
     for line in lines:
         lx0, ly0, lx1, ly1 = line.bbox
         area = max(lx1 - lx0, 1e-9) * max(ly1 - ly0, 1e-9)
         inter_w = min(x1, lx1) - max(x0, lx0)
         inter_h = min(y1, ly1) - max(y0, ly0)
-        if inter_w > 0 and inter_h > 0 and inter_w * inter_h >= min_overlap * area:
-            picked.append(line)
-    picked.sort(key=lambda ln: (round(ln.bbox[1], 3), ln.bbox[0]))
-    return "\n".join(line.text for line in picked)
+        if inter_w <= 0 or inter_h <= 0:
+            continue
+        sideways = lx0 < x0 - 1e-3 or lx1 > x1 + 1e-3
+        if line.words and sideways and inter_h >= min_overlap * (ly1 - ly0):
+            inside = [w for w, wx0, wx1 in line.words if x0 <= (wx0 + wx1) / 2 <= x1]
+            if inside:
+                picked.append((line, " ".join(inside)))
+        elif inter_w * inter_h >= min_overlap * area:
+            picked.append((line, line.text))
+    picked.sort(key=lambda item: (round(item[0].bbox[1], 3), item[0].bbox[0]))
+    return "\n".join(text for _, text in picked)

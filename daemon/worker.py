@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Config
+from daemon.crops import finish_page
 from daemon.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.protocol import (
     DocError,
@@ -232,12 +233,14 @@ def _page(
         max_image_pixels=cfg.limits.max_image_pixels,
     )
     result = engine.parse_page(page, options, _Progress(chan, req.job_id, req.page_idx))
+    result = finish_page(page, result)  # crops of figures/tables, cut while we hold pixels
     seconds = time.monotonic() - t0
     info = dict(result.info)
     info.setdefault("width", page.image.width)
     info.setdefault("height", page.image.height)
     info.setdefault("dpi", page.dpi)
-    chan.send(PageDone(req.job_id, req.page_idx, tuple(result.blocks), info, seconds))
+    chan.send(PageDone(req.job_id, req.page_idx, tuple(result.blocks), info, seconds,
+                       result.crops, result.model_output))
 
 
 def _inspect(sniff: Any, path: Path, cfg: Config) -> Any:

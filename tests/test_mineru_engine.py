@@ -28,6 +28,7 @@ from daemon.engines.mineru import (
 from daemon.engines.mineru_model import auto_precision, resolve_weights
 from daemon.errors import EngineUnavailable
 from daemon.formats import content_list, markdown
+from daemon.formats.middle import PageData, build_middle
 from daemon.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
 from daemon.textlayer import TextLine
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
@@ -120,24 +121,33 @@ def test_layout_parsing_recognition_and_markdown_are_exact() -> None:
     result = run(fake, progress=progress)
 
     assert result.blocks == [
-        Block("title", (0.1, 0.05, 0.9, 0.1), text="Results", text_level=1, angle=0,
-              md="# Results"),
-        # merge_prev: the continuation's text lands in the first block's md, as json2md does.
+        # A title without "#" marks gets its level in the output (document or section).
+        Block("title", (0.1, 0.05, 0.9, 0.1), text="Results", angle=0, index=0),
         Block("text", (0.1, 0.12, 0.9, 0.3), text="The first part of a para-", angle=0,
-              md="The first part of a para- graph continues here."),
-        Block("table", (0.1, 0.32, 0.9, 0.6), html=TABLE_HTML, angle=0, md=TABLE_HTML),
-        Block("text", (0.1, 0.62, 0.9, 0.7), text="graph continues here.", angle=0, md=""),
-        Block("equation", (0.3, 0.72, 0.7, 0.78), latex="E = m c^2", angle=0,
-              md="\\[\nE = m c^2\n\\]"),
-        Block("image", (0.1, 0.8, 0.5, 0.95), angle=0, md=None),
+              index=1),
+        Block("table", (0.1, 0.32, 0.9, 0.6), html=TABLE_HTML, angle=0, index=2),
+        # merge_prev: a paragraph continued after a break
+        Block("text", (0.1, 0.62, 0.9, 0.7), text="graph continues here.", angle=0, index=3,
+              continues_prev=True),
+        Block("equation", (0.3, 0.72, 0.7, 0.78), latex="E = m c^2", angle=0, index=4),
+        Block("image", (0.1, 0.8, 0.5, 0.95), angle=0, index=5),
+    ]  # fmt: skip
+    # The raw answers, for <stem>_model.json: the layout string and every block's answer.
+    assert result.model_output is not None
+    assert result.model_output["layout"]["raw_output"] == PAGE_LAYOUT
+    assert [(b["index"], b["raw_output"]) for b in result.model_output["blocks"]] == [
+        (0, "Results"), (1, "The first part of a para-"),
+        (2, "<fcel>A<fcel>B<nl><fcel>1<fcel>2<nl>"), (3, "graph continues here."),
+        (4, "E = m c^2"),
     ]  # fmt: skip
     # What the outbox gets, through the shipped writers: <stem>.md ...
-    assert markdown.pages_to_markdown([result.blocks]) == (
-        "# Results\n\nThe first part of a para- graph continues here.\n\n"
-        f"{TABLE_HTML}\n\n\\[\nE = m c^2\n\\]\n"
+    middle = build_middle([PageData(page_idx=0, blocks=tuple(result.blocks))])
+    assert markdown.markdown(middle) == (
+        "# Results\n\nThe first part of a paragraph continues here.\n\n"
+        "| A | B |\n| --- | --- |\n| 1 | 2 |\n\n$$\nE = m c^2\n$$\n"
     )
     # ... and <stem>_content_list.json, entry for entry as MinerU writes it
-    assert content_list.content_list([result.blocks]) == [
+    assert content_list.content_list(middle) == [
         {"type": "text", "text": "Results", "text_level": 1, "bbox": [100, 50, 900, 100],
          "page_idx": 0},
         {"type": "text", "text": "The first part of a para-", "bbox": [100, 120, 900, 300],
@@ -146,7 +156,7 @@ def test_layout_parsing_recognition_and_markdown_are_exact() -> None:
          "table_body": TABLE_HTML, "bbox": [100, 320, 900, 600], "page_idx": 0},
         {"type": "text", "text": "graph continues here.", "bbox": [100, 620, 900, 700],
          "page_idx": 0},
-        {"type": "equation", "text": "$$\nE = m c^2\n$$", "text_format": "latex",
+        {"type": "equation", "img_path": "", "text": "E = m c^2", "text_format": "latex",
          "bbox": [300, 720, 700, 780], "page_idx": 0},
         {"type": "image", "img_path": "", "image_caption": [], "image_footnote": [],
          "bbox": [100, 800, 500, 950], "page_idx": 0},
@@ -219,11 +229,7 @@ def test_text_layer_fills_text_blocks_and_sends_the_table_to_the_model() -> None
     result = run(fake, page=pdf_page(), lines=FILL_LINES, progress=progress)
 
     title, text, table, text2 = result.blocks
-    assert (title.text, title.source, title.md) == (
-        "Quarterly report",
-        SOURCE_TEXT_LAYER,
-        "# Quarterly report",
-    )
+    assert (title.text, title.source) == ("Quarterly report", SOURCE_TEXT_LAYER)
     assert text.text == "Revenue grew in every recognition of the market and the costs fell."
     assert text.source == SOURCE_TEXT_LAYER
     assert (table.html, table.source) == (TABLE_HTML, SOURCE_MODEL)
@@ -276,7 +282,7 @@ def test_tiny_model_runs_every_stage_in_each_precision(
         # The tiny model writes one text block; recognition "reads" the same line back.
         [block] = result.blocks
         assert (block.type, block.bbox, block.angle) == ("text", (0.1, 0.1, 0.9, 0.5), 0)
-        assert block.text == TINY_LAYOUT and block.md == TINY_LAYOUT
+        assert block.text == TINY_LAYOUT
         assert progress.calls == [(0, 1, "layout"), (1, 1, "layout"), (0, 1, "block"),
                                   (1, 1, "block")]  # fmt: skip
         assert result.info["model_blocks"] == 1

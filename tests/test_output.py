@@ -19,7 +19,9 @@ from daemon import outbox as outbox_writer
 from daemon.config_schema import declared
 from daemon.errors import FailureKind
 from daemon.formats import content_list, markdown
+from daemon.formats.middle import PageData, build_middle
 from daemon.page import Block
+from daemon.publish import as_pages
 
 SHA_A = "a" * 8 + "1" * 56
 SHA_B = "b" * 8 + "2" * 56
@@ -51,10 +53,15 @@ def every_block_type() -> list[list[Block]]:
             b("footer", "Confidential"),
         ],
         [
-            b("text", "ignored", md="**Bold** verbatim  "),
+            b("text", "a *starred* FUNCTION_ID &amp; <b>tag</b>"),
             b("text", "Last."),
         ],
     ]
+
+
+def render(pages: list[list[Block]]) -> tuple[str, list[dict[str, Any]]]:
+    middle = build_middle(as_pages(pages))
+    return markdown.markdown(middle), content_list.content_list(middle)
 
 
 EXPECTED_MD = (
@@ -62,50 +69,56 @@ EXPECTED_MD = (
     "\n"
     "## Overview\n"
     "\n"
-    "First paragraph.\n"
-    "second line\n"
+    "First paragraph.  \n"
+    "second line   \n"
     "\n"
     "Bad chars here\tand tab\n"
     "\n"
     "- one\n"
     "- two\n"
     "\n"
-    "````\n"
+    "````txt\n"
     "def f():\n"
     "    return '```'\n"
     "````\n"
     "\n"
-    "<table><tr><td>1</td></tr></table>\n"
+    "| 1 |\n"  # a table without spans becomes a pipe table, as MinerU writes it
+    "| --- |\n"
     "\n"
+    "```\n"  # a table the model gave as text, not HTML: kept verbatim, fenced
     "a | b\n"
+    "```\n"
     "\n"
     "$$\n"
     "E = mc^2\n"
     "$$\n"
     "\n"
-    "**Bold** verbatim\n"
+    # MinerU's escaping: Markdown specials, entity-like text and tag-like text made inert.
+    "a \\*starred\\* FUNCTION\\_ID &amp;amp; &lt;b&gt;tag&lt;/b&gt;\n"
     "\n"
     "Last.\n"
 )
 
 
 def test_markdown_every_block_type() -> None:
-    assert markdown.pages_to_markdown(every_block_type()) == EXPECTED_MD
+    # Header, footer and page number stay out of the Markdown (they are in content_list).
+    assert render(every_block_type())[0] == EXPECTED_MD
 
 
 def test_markdown_edge_cases() -> None:
-    assert markdown.pages_to_markdown([]) == "\n"
-    # Pre-wrapped LaTeX is not wrapped twice; an empty equation/image emits nothing.
-    md = markdown.pages_to_markdown(
+    assert render([])[0] == "\n"
+    # Pre-wrapped LaTeX is not wrapped twice; an empty equation/image without a crop
+    # emits nothing; an engine's heading level on text is honoured (at most 4, MinerU's).
+    md, _ = render(
         [[b("equation", latex="$$ x $$"), b("equation"), b("text", "t", text_level=3)]]
     )
     assert md == "$$\nx\n$$\n\n### t\n"
-    assert markdown.pages_to_markdown([[b("title", "x", text_level=9)]]) == "###### x\n"
+    assert render([[b("title", "x", text_level=9)]])[0] == "#### x\n"
 
 
 def test_content_list_every_block_type() -> None:
     bbox = [100, 200, 500, 250]
-    assert content_list.content_list(every_block_type()) == [
+    assert render(every_block_type())[1] == [
         {"type": "header", "text": "ACME Corp", "bbox": [100, 20, 900, 50], "page_idx": 0},
         {"type": "text", "text": "Annual Report", "text_level": 1, "bbox": bbox, "page_idx": 0},
         {"type": "text", "text": "Overview", "text_level": 2, "bbox": bbox, "page_idx": 0},
@@ -123,6 +136,7 @@ def test_content_list_every_block_type() -> None:
             "sub_type": "code",
             "code_body": "def f():\n    return '```'",
             "code_caption": [],
+            "code_footnote": [],
             "bbox": bbox,
             "page_idx": 0,
         },
@@ -140,14 +154,15 @@ def test_content_list_every_block_type() -> None:
             "img_path": "",
             "table_caption": [],
             "table_footnote": [],
-            "table_body": "",
-            "text": "a | b",
+            "table_body": "a | b",
             "bbox": bbox,
             "page_idx": 0,
         },
         {
+            # Bare LaTeX: MinerU's renderers add the $$ in Markdown only.
             "type": "equation",
-            "text": "$$\nE = mc^2\n$$",
+            "img_path": "",
+            "text": "E = mc^2",
             "text_format": "latex",
             "bbox": bbox,
             "page_idx": 0,
@@ -162,14 +177,47 @@ def test_content_list_every_block_type() -> None:
         },
         {"type": "page_number", "text": "1", "bbox": bbox, "page_idx": 0},
         {"type": "footer", "text": "Confidential", "bbox": bbox, "page_idx": 0},
-        {"type": "text", "text": "ignored", "bbox": bbox, "page_idx": 1},
+        {
+            "type": "text",
+            "text": "a \\*starred\\* FUNCTION\\_ID &amp;amp; &lt;b&gt;tag&lt;/b&gt;",
+            "bbox": bbox,
+            "page_idx": 1,
+        },
         {"type": "text", "text": "Last.", "bbox": bbox, "page_idx": 1},
     ]
 
 
 def test_content_list_bbox_is_clamped() -> None:
-    [entry] = content_list.content_list([[b("text", "x", bbox=(-0.1, 0.0004, 1.2, float("nan")))]])
+    [entry] = render([[b("text", "x", bbox=(-0.1, 0.0004, 1.2, float("nan")))]])[1]
     assert entry["bbox"] == [0, 0, 1000, 0]
+
+
+def test_captions_lists_and_crops_are_grouped_as_mineru_does() -> None:
+    chart = b("chart", "| a | b |", bbox=(0.1, 0.3, 0.9, 0.6), sub_type="bar_chart", index=4)
+    caption = b("image_caption", "Figure 1: sales", bbox=(0.2, 0.61, 0.8, 0.63), index=5)
+    table_caption = b("table_caption", "Table 1", bbox=(0.1, 0.66, 0.5, 0.68), index=6)
+    table = b("table", html="<table><tr><td rowspan=\"2\">x</td></tr></table>",
+              bbox=(0.1, 0.69, 0.9, 0.8), index=7)
+    items = [
+        b("list", bbox=(0.1, 0.1, 0.9, 0.2), index=1),
+        b("text", "• one", bbox=(0.1, 0.1, 0.9, 0.15), index=2),
+        b("text", "• two", bbox=(0.1, 0.15, 0.9, 0.2), index=3),
+    ]
+    page = PageData(page_idx=3, blocks=(*items, chart, caption, table_caption, table),
+                    crop_names=frozenset({"page_3_chart_4.jpg", "page_3_table_7.jpg"}))
+    middle = build_middle([page])
+    cl = content_list.content_list(middle)
+    assert [e["type"] for e in cl] == ["list", "chart", "table"]
+    assert cl[0]["list_items"] == ["• one", "• two"]
+    assert cl[1]["chart_caption"] == ["Figure 1: sales"]  # an image caption under a chart
+    assert cl[1]["img_path"] == "images/page_3_chart_4.jpg" and cl[1]["sub_type"] == "bar_chart"
+    assert cl[2]["table_caption"] == ["Table 1"]
+    assert cl[2]["img_path"] == "images/page_3_table_7.jpg"
+    md = markdown.markdown(middle)
+    # Caption under the figure, over the table; a table with spans stays HTML.
+    assert md.index("![](images/page_3_chart_4.jpg)") < md.index("Figure 1: sales")
+    assert md.index("Table 1") < md.index("<table>")
+    assert "<details>\n<summary>bar_chart</summary>" in md
 
 
 # --------------------------------------------------------------------------- outbox
@@ -210,13 +258,33 @@ def test_write_document_layout_and_no_tmp(tmp_path: Path) -> None:
         "report.md",
         "report.meta.json",
         "report_content_list.json",
+        "report_content_list_v2.json",
+        "report_middle.json",
+        "report_model.json",
     ]
     assert (folder / "report.md").read_text(encoding="utf-8") == EXPECTED_MD
     meta = json.loads((folder / "report.meta.json").read_text(encoding="utf-8"))
     assert meta == {"job_id": 7, "sha256": SHA_A, "docinbox_version": __version__}
     cl = json.loads((folder / "report_content_list.json").read_text(encoding="utf-8"))
-    assert cl == content_list.content_list(every_block_type())
+    assert cl == render(every_block_type())[1]
     assert not tmp_area(outbox).exists()
+
+
+def test_mineru_legacy_layout_crops_and_no_extra_json(tmp_path: Path) -> None:
+    page = PageData(page_idx=0, blocks=(b("image", index=2),),
+                    crop_names=frozenset({"page_0_image_2.jpg"}))
+    doc = publish.DocumentFiles(pages=[page], meta={}, crops={"page_0_image_2.jpg": b"JPEG"})
+    folder = publish.write_document(tmp_path, "", "scan", SHA_A, [page], {"job_id": 1}, doc=doc,
+                                    layout="mineru-legacy", extra_json=False)
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    # RAGFlow's MinerU parser looks in <stem>/auto/; the meta stays where the outbox
+    # writer recognises the folder as this document's.
+    assert files == ["auto/images/page_0_image_2.jpg", "auto/scan.md",
+                     "auto/scan_content_list.json", "scan.meta.json"]
+    assert (folder / "auto/images/page_0_image_2.jpg").read_bytes() == b"JPEG"
+    assert (folder / "auto/scan.md").read_text() == "![](images/page_0_image_2.jpg)\n"
+    [entry] = json.loads((folder / "auto/scan_content_list.json").read_text())
+    assert entry["img_path"] == "images/page_0_image_2.jpg"
 
 
 def test_json_is_utf8_unescaped_and_survives_odd_meta(tmp_path: Path) -> None:

@@ -61,19 +61,18 @@ if TYPE_CHECKING:
 
 __all__ = ["MinerUEngine", "Prediction", "run_page"]
 
-# Block types whose content is running text, so a trustworthy PDF text layer can stand in
-# for the model. Code is not here (indentation is lost in text layers), nor are
-# tables/equations/images (structure, LaTeX and pixels need the model).
+# Block types a trustworthy PDF text layer fills instead of the model: the ones MinerU 4
+# itself takes from the PDF in its `txt` mode (its NOT_EXTRACT_TYPES). List items, side
+# notes and index entries still go to the model, as in MinerU: their markers (bullets
+# from symbol fonts) come out of text layers wrong. Code is not here (indentation is lost
+# in text layers), nor are tables/equations/images (structure, LaTeX and pixels).
 TEXT_LIKE_TYPES = frozenset(
     {
         "text",
         "title",
         "doc_title",
         "paragraph_title",
-        "list_item",
         "ref_text",
-        "index",
-        "aside_text",
         "header",
         "footer",
         "page_number",
@@ -85,6 +84,7 @@ TEXT_LIKE_TYPES = frozenset(
         "footnote",
         "table_footnote",
         "image_footnote",
+        "phonetic",
     }
 )
 
@@ -221,6 +221,7 @@ def run_page(
         options.max_new_tokens_layout,
     )
     blocks = helper.parse_layout_output(out.text)
+    layout_index = {id(b): i for i, b in enumerate(blocks)}
     stats.layout_seconds = time.monotonic() - t0
     stats.layout_decode_tokens = out.tokens
     stats.decode_tokens += out.tokens
@@ -277,8 +278,11 @@ def run_page(
 
     progress(0, total, "block")
     results = (predict_many or _one_by_one(predict))(requests, block_done)
-    for (_img, _prompt, _params, idx), result in zip(jobs, results, strict=True):
+    answers = []
+    for (_img, prompt, _params, idx), result in zip(jobs, results, strict=True):
         blocks[idx].content = result.text
+        answers.append({"index": layout_index[id(blocks[idx])], "type": blocks[idx].type,
+                        "prompt": prompt, "raw_output": result.text})
         stats.decode_tokens += result.tokens
         stats.truncated_blocks += int(result.tokens >= cap)
     stats.recognition_seconds = time.monotonic() - t2
@@ -291,7 +295,19 @@ def run_page(
         # MinerU's text fixers target model LaTeX/Markdown; text-layer text stays verbatim.
         if id(block) in filled:
             block.content = filled[id(block)]
-    return PageResult(blocks=to_blocks(processed, set(filled)), info=stats.as_info())
+    model_output = {
+        "page_size": list(image.size),
+        "layout": {"prompt": layout_prompt, "raw_output": out.text},
+        "blocks": answers,
+        "text_layer_blocks": [
+            {"index": layout_index[key], "text": text} for key, text in filled.items()
+        ],
+    }
+    return PageResult(
+        blocks=to_blocks(processed, set(filled), layout_index),
+        info=stats.as_info(),
+        model_output=model_output,
+    )
 
 
 def _one_by_one(predict: PredictFn) -> PredictManyFn:
@@ -308,22 +324,21 @@ def _one_by_one(predict: PredictFn) -> PredictManyFn:
     return predict_many
 
 
-def to_blocks(content_blocks: Sequence[Any], text_layer_ids: set[int]) -> list[Block]:
-    """Map post-processed ContentBlocks to our Blocks, with per-block Markdown.
+def to_blocks(
+    content_blocks: Sequence[Any],
+    text_layer_ids: set[int],
+    layout_index: dict[int, int] | None = None,
+) -> list[Block]:
+    """Map post-processed ContentBlocks to our Blocks, one for one, in reading order.
 
-    Markdown comes from mineru-vl-utils' `json2md`: joining every non-empty `Block.md` with
-    blank lines gives exactly the page Markdown json2md assembles, including its merging of
-    text blocks flagged `merge_prev` (a paragraph continued after a column/page break) into
-    the preceding text block: the merged text sits in the first block's md and the
-    continuation's md is "". One deliberate difference: titles get `#` marks (json2md emits
-    them bare; MinerU's own Markdown writer renders them as headings).
+    The flat MinerU vocabulary is kept (captions, list items as text inside a list box,
+    furniture); the output formats group it as MinerU's renderers do. Equations lose the
+    `\\[ \\]` post-processing added, tables keep their HTML, images and charts keep the
+    model's description or data as text with its class as `sub_type`. `layout_index` maps
+    id(block) to its line in the layout answer, which MinerU names crops after.
     """
-    from mineru_vl_utils.post_process.json2markdown import json2md
-
     blocks: list[Block] = []
-    runs: dict[int, list[Any]] = {}  # index in `blocks` of a text head -> its merged run
-    head: int | None = None
-    for cb in content_blocks:
+    for position, cb in enumerate(content_blocks):
         content: str = cb.content or ""
         x0, y0, x1, y1 = (float(v) for v in cb.bbox)
         text, text_level = content, 0
@@ -335,30 +350,15 @@ def to_blocks(content_blocks: Sequence[Any], text_layer_ids: set[int]) -> list[B
             text = "" if is_html else content
         elif cb.type == EQUATION:
             match = _EQ_WRAP_RE.match(content)
-            latex = match.group(1) if match else content
+            latex = match.group(1) if match else content.strip()
             text = ""
         elif cb.type in TITLE_LEVELS:
+            # A level only when the model wrote one ("## ..."); otherwise the output
+            # decides between document title and section title as MinerU does.
             heading = _HEADING_RE.match(content)
-            text_level = len(heading.group(1)) if heading else TITLE_LEVELS[cb.type]
+            text_level = len(heading.group(1)) if heading else 0
             text = content[heading.end() :] if heading else content
-
-        md: str | None
-        merged = bool(cb.get("merge_prev", False)) and head is not None
-        if cb.type in NO_MARKDOWN_TYPES and not content:
-            md = None
-        elif not content:
-            md = ""
-        elif merged and head is not None:
-            runs[head].append(cb)
-            blocks[head] = dataclasses.replace(blocks[head], md=json2md(runs[head]))
-            md = ""
-        elif cb.type in TITLE_LEVELS:
-            md = "#" * text_level + " " + text
-        else:
-            md = json2md([{"type": cb.type, "content": content}])
-        if content and not merged and cb.type == "text":
-            head = len(blocks)
-            runs[head] = [cb]
+        sub_type = cb.get("sub_type")
         blocks.append(
             Block(
                 type=cb.type,
@@ -369,7 +369,9 @@ def to_blocks(content_blocks: Sequence[Any], text_layer_ids: set[int]) -> list[B
                 latex=latex,
                 angle=cb.angle,
                 source=SOURCE_TEXT_LAYER if id(cb) in text_layer_ids else SOURCE_MODEL,
-                md=md,
+                sub_type=str(sub_type) if sub_type else None,
+                index=(layout_index or {}).get(id(cb), position),
+                continues_prev=bool(cb.get("merge_prev", False)),
             )
         )
     return blocks

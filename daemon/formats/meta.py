@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon import __version__
-from daemon.formats.text import bbox_1000
+from daemon.formats.content_list import bbox_1000
 from daemon.store import Job
 
 
