@@ -32,7 +32,7 @@ import sqlite_utils
 from daemon.page import Crop
 from daemon.states import JobState, check_transition
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 60_000
 
 

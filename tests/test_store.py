@@ -212,3 +212,28 @@ def test_runtime_facts_roundtrip(store: Store) -> None:
     store.set_runtime({"pid": 12, "current": {"page": 3}})
     store.set_runtime({"pid": 13})
     assert store.runtime() == {"pid": 13, "current": {"page": 3}}
+
+
+def test_crops_and_model_answers_survive_a_restart_and_go_with_reprocess(tmp_path: Path) -> None:
+    from daemon.page import Crop
+
+    db = tmp_path / "state.sqlite3"
+    s = Store(db)
+    res = arrive(s, "/in/a.pdf", "a" * 64)
+    assert res is not None
+    jid = res.job.id
+    s.start_job(jid, 101, "mineru")
+    crop = Crop(name="page_0_table_3.jpg", jpeg=b"\xff\xd8jpeg", size=(40, 20))
+    answers = {"layout": {"raw_output": "<|box_start|>..."}, "blocks": []}
+    s.save_page(jid, 0, [], {}, "mineru", 1.0, 102, crops=[crop], model_output=answers)
+    s.save_page(jid, 0, [], {}, "mineru", 1.0, 103, crops=[crop])  # a page redone: no dupes
+    s.close()
+    s = Store(db)  # a restart: page-level resume keeps the page's crops
+    assert s.crops(jid) == {0: [crop]}
+    assert s.pages(jid)[0]["model_output"] is None  # replaced with the redone page
+    s.save_page(jid, 1, [], {}, "mineru", 1.0, 104, model_output=answers)
+    assert s.pages(jid)[1]["model_output"] == answers
+    s.finish_job(jid, 105, "/out/a", 2.0)
+    s.reprocess(jid, 106)
+    assert s.crops(jid) == {} and s.pages(jid) == []
+    s.close()
