@@ -198,7 +198,7 @@ FORCE_BLOCK_TOKENS = 32
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One runtime in this fresh process, on the fixed page with forced token counts."""
-    from bench_mineru import FIXED_LAYOUT_BLOCKS, fixed_layout  # type: ignore[import-not-found]
+    from bench_mineru import FIXED_LAYOUT_BLOCKS  # type: ignore[import-not-found]
     from PIL import Image
 
     from daemon.config import EngineConfig, LlamaCppConfig
@@ -220,9 +220,16 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     load_seconds = time.monotonic() - t0
     client: Any = engine._client
     original_parse = client.helper.parse_layout_output
-    layout = fixed_layout(FIXED_LAYOUT_BLOCKS)
+    # bench_mineru.py's fixed layout (same page, same boxes), in MinerU's layout format.
+    layout = "".join(
+        f"<|box_start|>{x0} {y0} {x1} {y1}<|box_end|><|ref_start|>{kind}<|ref_end|>"
+        "<|rotate_up|>\n"
+        for kind, (x0, y0, x1, y1) in FIXED_LAYOUT_BLOCKS
+    )
     client.helper.parse_layout_output = lambda _text: original_parse(layout)
-    if runtime == "transformers":
+    if not spec.get("force", True):
+        pass  # smoke runs on a scripted model (the tiny fixture): it stops by itself
+    elif runtime == "transformers":
         model: Any = engine._loaded.model  # type: ignore[union-attr]
         generate = model.generate
 
@@ -271,7 +278,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
     from bench_mineru import DEFAULT_PDF, prepare_page
 
-    page = prepare_page(DEFAULT_PDF, 200, CACHE / "pages")
+    page = prepare_page(DEFAULT_PDF, 0, 200, CACHE / "pages")
     records = []
     for runtime in args.runtimes.split(","):
         spec = {
@@ -281,6 +288,7 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
             "image": page["image"],
             "threads": args.threads,
             "parallel": args.parallel,
+            "force": not args.no_force,
         }
         before = loadavg()
         proc = subprocess.run(
@@ -324,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--runtimes", default="transformers,llama-cpp")
     c.add_argument("--threads", type=int, default=0)
     c.add_argument("--parallel", type=int, default=2)
+    c.add_argument("--no-force", action="store_true",
+                   help="let generation stop by itself (a smoke run on the tiny fixture; "
+                   "random weights forced past EOS can emit bytes llama.cpp's binding cannot "
+                   "decode)")
     for p in (t, c):
         p.add_argument("--out", type=Path, help="also write the records as JSON here")
     k = sub.add_parser("child")
