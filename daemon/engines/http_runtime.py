@@ -140,6 +140,10 @@ def make_http_client(
     import httpx
     from httpx_retries import RetryTransport
 
+    # httpx logs every request at INFO: one journal line per block (and per re-probe), with
+    # the full URL, a user:password@ in server_url included. Retries are logged by
+    # LoggedRetry; failures by whoever handles them.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     read = settings.timeout_seconds if timeout is None else timeout
     connect = min(settings.connect_timeout_seconds, read)
