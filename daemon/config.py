@@ -102,6 +102,13 @@ DEFAULT_PATTERNS: tuple[str, ...] = (
     "*.pbm",
     "*.pgm",
     "*.ppm",
+    "*.docx",
+    "*.xlsx",
+    "*.pptx",
+    "*.odt",
+    "*.ods",
+    "*.odp",
+    "*.rtf",
 )
 
 

@@ -72,7 +72,7 @@ def render_page(
     regular_file(path)
     if info.kind == "pdf":
         return _render_pdf_page(
-            path,
+            info.converted_pdf or path,  # an office document is read from its PDF
             info,
             page_idx,
             dpi=dpi,

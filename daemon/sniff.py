@@ -24,6 +24,7 @@ from PIL import Image, UnidentifiedImageError
 
 from daemon.config import LimitsConfig
 from daemon.errors import DocumentError, FailureKind
+from daemon.office import OFFICE_FORMATS, convert_to_pdf, office_format
 
 DocKind = Literal["pdf", "image"]
 
@@ -82,11 +83,19 @@ _EXTENSION_FORMAT: dict[str, str] = {
     ".pbm": "PPM",
     ".pgm": "PPM",
     ".ppm": "PPM",
+    ".docx": "DOCX",
+    ".xlsx": "XLSX",
+    ".pptx": "PPTX",
+    ".odt": "ODT",
+    ".ods": "ODS",
+    ".odp": "ODP",
+    ".rtf": "RTF",
 }
 # The usual extension of each format, for the "rename it to" hint.
 _FORMAT_EXTENSION = {"PDF": ".pdf", "PNG": ".png", "JPEG": ".jpg", "TIFF": ".tif",
                      "WEBP": ".webp", "BMP": ".bmp", "GIF": ".gif", "HEIF": ".heic",
-                     "AVIF": ".avif", "JPEG2000": ".jp2", "PPM": ".pnm"}
+                     "AVIF": ".avif", "JPEG2000": ".jp2", "PPM": ".pnm",
+                     **{fmt: f".{fmt.lower()}" for fmt in OFFICE_FORMATS}}
 
 
 def _register_plugins() -> None:
@@ -118,6 +127,8 @@ class DocumentInfo:
     # The password that opened an encrypted PDF ("" or None when none was needed).
     # repr=False keeps it out of logs and tracebacks that print this object.
     password: str | None = field(default=None, repr=False)
+    # Office documents: the PDF LibreOffice made of it, which is what gets rendered.
+    converted_pdf: Path | None = None
 
 
 # ---------------------------------------------------------------------------- sniffing
@@ -156,6 +167,8 @@ def _not_readable_message(path: Path, head: bytes) -> str:
     claimed = _EXTENSION_FORMAT.get(suffix)
     if claimed == "PDF":
         return f"named {suffix} but the content is not a PDF ({start}, not %PDF-)"
+    if claimed in OFFICE_FORMATS:
+        return f"named {suffix} but the content is not {OFFICE_FORMATS[claimed][0]} ({start})"
     if claimed is not None:
         return f"named {suffix} but the content is not a supported image ({start})"
     return f"content is not a PDF or a supported image ({start})"
@@ -212,11 +225,24 @@ def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> Do
         raise DocumentError(FailureKind.VANISHED, "the file disappeared") from exc
 
     sniffed = sniff(head)
-    if sniffed is None:
-        raise DocumentError(FailureKind.UNSUPPORTED, _not_readable_message(path, head))
-    kind, fmt = sniffed
     suffix = path.suffix.lower()
     claimed = _EXTENSION_FORMAT.get(suffix)
+    if sniffed is None:
+        office = office_format(path, head)
+        if office is None:
+            raise DocumentError(FailureKind.UNSUPPORTED, _not_readable_message(path, head))
+        if claimed is not None and claimed != office:
+            raise DocumentError(
+                FailureKind.UNSUPPORTED,
+                f"named {suffix} but the content is {office}, not {claimed}: rename it to "
+                f"{path.stem}{_FORMAT_EXTENSION[office]} if it is meant to be read as {office}",
+            )
+        pdf = convert_to_pdf(path, office)
+        info = _inspect_pdf(pdf, passwords, limits)
+        return DocumentInfo(
+            kind="pdf", format=office, page_count=info.page_count, converted_pdf=pdf
+        )
+    kind, fmt = sniffed
     if claimed is not None and claimed != fmt:
         raise DocumentError(
             FailureKind.UNSUPPORTED,

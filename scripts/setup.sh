@@ -22,8 +22,10 @@ ldconfig -p | grep -q "libglib-2.0.so.0 " || need_apt+=(libglib2.0-0)
 if [[ $DEV -eq 1 ]]; then
   # Real writers and a FUSE mount for the integration tests (see docs/reliability.md);
   # openssl makes the throw-away CA of the http runtime's TLS test; chromium loads the
-  # status page headless (tests/test_statuspage_browser.py).
-  for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl openssl chromium; do
+  # status page headless (tests/test_statuspage_browser.py); LibreOffice's Writer (no GUI,
+  # ~150 MB, a minute or two of apt) converts the .docx that tests/test_office.py writes.
+  for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl openssl chromium \
+             libreoffice-writer-nogui; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
   done
 fi

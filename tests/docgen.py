@@ -432,3 +432,48 @@ def render_two_columns(
         top = int(bottom + font_px * 2)
         draw_figure(img, (margin, top, width - margin, min(height - margin, top + height // 3)))
     return img
+
+
+# ---------------------------------------------------------------------------- office
+
+
+def make_docx(path: Path, paragraphs: Sequence[str], *, heading: str | None = None) -> Path:
+    """A minimal Word document (OOXML), written part by part as the standard lays it out."""
+    import zipfile
+    from xml.sax.saxutils import escape
+
+    body = ""
+    if heading:
+        body += (
+            '<w:p><w:pPr><w:pStyle w:val="Title"/></w:pPr><w:r><w:rPr><w:b/><w:sz w:val="48"/>'
+            f"</w:rPr><w:t>{escape(heading)}</w:t></w:r></w:p>"
+        )
+    body += "".join(f"<w:p><w:r><w:t>{escape(p)}</w:t></w:r></w:p>" for p in paragraphs)
+    w = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
+    parts = {
+        "[Content_Types].xml": (
+            '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+            '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+            '<Default Extension="rels" '
+            'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+            '<Default Extension="xml" ContentType="application/xml"/>'
+            '<Override PartName="/word/document.xml" ContentType="application/'
+            'vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/>'
+            "</Types>"
+        ),
+        "_rels/.rels": (
+            '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+            '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+            '<Relationship Id="rId1" Type="http://schemas.openxmlformats.org/officeDocument/'
+            '2006/relationships/officeDocument" Target="word/document.xml"/>'
+            "</Relationships>"
+        ),
+        "word/document.xml": (
+            '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>'
+            f'<w:document xmlns:w="{w}"><w:body>{body}</w:body></w:document>'
+        ),
+    }
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in parts.items():
+            zf.writestr(name, data)
+    return path

@@ -1,0 +1,93 @@
+"""Office documents are converted to PDF with LibreOffice, or fail saying what to install."""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from daemon import office, sniff
+from daemon.config import DEFAULT_PATTERNS, EngineConfig, LimitsConfig
+from daemon.errors import DocumentError, FailureKind
+from daemon.raster import render_page
+from tests import docgen
+
+PARAGRAPHS = ["The quarterly report shows steady growth.", "Costs fell by four percent."]
+
+
+@pytest.fixture()
+def docx(tmp_path: Path) -> Path:
+    return docgen.make_docx(tmp_path / "report.docx", PARAGRAPHS, heading="Quarterly Report")
+
+
+def test_office_formats_are_recognised_by_content(docx: Path, tmp_path: Path) -> None:
+    head = docx.read_bytes()[:1024]
+    assert office.office_format(docx, head) == "DOCX"
+    rtf = tmp_path / "memo.rtf"
+    rtf.write_bytes(b"{\\rtf1\\ansi Hello}")
+    assert office.office_format(rtf, rtf.read_bytes()) == "RTF"
+    odt = tmp_path / "memo.odt"
+    with zipfile.ZipFile(odt, "w") as zf:
+        zf.writestr(
+            zipfile.ZipInfo("mimetype"), "application/vnd.oasis.opendocument.text"
+        )  # stored first and uncompressed, as ODF requires
+        zf.writestr("content.xml", "<office:document-content/>")
+    assert office.office_format(odt, odt.read_bytes()[:1024]) == "ODT"
+    plain_zip = tmp_path / "photos.zip"
+    with zipfile.ZipFile(plain_zip, "w") as zf:
+        zf.writestr("a.txt", "x")
+    assert office.office_format(plain_zip, plain_zip.read_bytes()[:1024]) is None
+    assert {"*.docx", "*.xlsx", "*.pptx", "*.odt", "*.ods", "*.odp", "*.rtf"} <= set(
+        DEFAULT_PATTERNS
+    )
+
+
+def test_without_libreoffice_the_reason_says_what_to_install(
+    docx: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(office, "soffice", lambda: None)
+    with pytest.raises(DocumentError) as caught:
+        sniff.inspect(docx, passwords=(), limits=LimitsConfig())
+    assert caught.value.kind is FailureKind.UNSUPPORTED
+    assert "Word document" in str(caught.value)
+    assert "apt-get install libreoffice-writer-nogui" in str(caught.value)
+
+
+def test_a_zip_named_docx_is_not_a_word_document(tmp_path: Path) -> None:
+    fake = tmp_path / "fake.docx"
+    with zipfile.ZipFile(fake, "w") as zf:
+        zf.writestr("a.txt", "x")
+    with pytest.raises(DocumentError) as caught:
+        sniff.inspect(fake, passwords=(), limits=LimitsConfig())
+    assert caught.value.kind is FailureKind.UNSUPPORTED
+    assert "not a Word document" in str(caught.value)
+
+
+@pytest.mark.skipif(office.soffice() is None, reason="LibreOffice (soffice) is not installed")
+def test_docx_is_converted_and_read_from_its_text_layer(docx: Path) -> None:
+    from daemon.engines.lite import LiteEngine
+    from daemon.page import SOURCE_TEXT_LAYER, TITLE, PageOptions, no_progress
+
+    before = sorted(p.name for p in docx.parent.iterdir())
+    info = sniff.inspect(docx, passwords=(), limits=LimitsConfig())
+    assert (info.kind, info.format, info.page_count) == ("pdf", "DOCX", 1)
+    assert info.converted_pdf is not None and info.converted_pdf.is_file()
+    # LibreOffice worked on a private copy: no lock file or output beside the original.
+    assert sorted(p.name for p in docx.parent.iterdir()) == before
+    page = render_page(docx, info, 0, dpi=100, max_long_side=2000, max_image_pixels=10**9)
+    engine = LiteEngine(EngineConfig(name="lite", threads=2))
+    engine.load()
+    try:
+        result = engine.parse_page(page, PageOptions(), no_progress)
+    finally:
+        engine.close()
+    assert result.info["source"] == SOURCE_TEXT_LAYER
+    assert result.blocks[0].type == TITLE and result.blocks[0].text == "Quarterly Report"
+    assert " ".join(b.text for b in result.blocks[1:]) == " ".join(PARAGRAPHS)
+    # The next conversion (or the worker's exit) removes the previous temporary folder.
+    folder = info.converted_pdf.parent.parent
+    office._forget_previous()
+    assert not folder.exists()
+    assert shutil.which("soffice") is not None
