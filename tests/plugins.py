@@ -78,3 +78,37 @@ class FaultEngine:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class FigureEngine:
+    """The REAL `lite` engine plus one picture block per page, the way the `mineru`
+    engine reports a figure (type and box, nothing else): what reaches the outbox then
+    shows the worker's crop step, the page store and the outbox writer working together,
+    without a model. `engine.options.figure_bbox` places the figure (0..1 of the page)."""
+
+    name = "figure"
+
+    def __init__(self, config: EngineConfig) -> None:
+        from daemon.engines.lite import LiteEngine
+
+        box = config.options.get("figure_bbox")
+        x0, y0, x1, y1 = box if isinstance(box, list) and len(box) == 4 else (0.1, 0.5, 0.6, 0.9)
+        self.bbox = (float(x0), float(y0), float(x1), float(y1))
+        self.inner = LiteEngine(config)
+
+    def load(self) -> EngineInfo:
+        info = self.inner.load()
+        return EngineInfo(name="figure", model_id=info.model_id, details={"wraps": "lite"})
+
+    def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
+        import dataclasses
+
+        from daemon.page import Block
+
+        result = self.inner.parse_page(page, options, progress)
+        figure = Block("image", self.bbox, text="a test picture", sub_type="natural_image",
+                       index=len(result.blocks))
+        return dataclasses.replace(result, blocks=[*result.blocks, figure])
+
+    def close(self) -> None:
+        self.inner.close()

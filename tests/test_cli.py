@@ -298,3 +298,31 @@ def test_model_pull_says_why_it_cannot_download_and_what_to_do(
     assert "fix: check the network or proxy; HF_ENDPOINT selects a mirror" in refused.stderr
     local = cli("model", "pull", "--model", str(tiny_model), cwd=tmp_path)
     assert local.returncode == 0 and "nothing to download" in local.stdout, local
+
+
+@pytest.mark.parametrize("layout", ["default", "mineru-legacy"])
+def test_parse_writes_crops_cut_by_the_worker(tmp_path: Path, layout: str) -> None:
+    from PIL import Image
+
+    pdf = make_text_pdf(tmp_path / "memo.pdf", [["A page with a figure"], ["And another"]])
+    config = write_config(tmp_path, output={"layout": layout},
+                          engine={"name": "tests.plugins:FigureEngine", "fallback_engine": None,
+                                  "dpi": 100})
+    out = tmp_path / "out"
+    r = cli("parse", str(pdf), "-o", str(out), "--config", str(config), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    folder = out / "memo" / ("auto" if layout == "mineru-legacy" else "")
+    items = json.loads((folder / "memo_content_list.json").read_text())
+    figures = [i for i in items if i["type"] == "image"]
+    # One per page, named as MinerU names crops: page_<page_idx>_<type>_<block index>.jpg
+    assert [f["page_idx"] for f in figures] == [0, 1]
+    for figure in figures:
+        assert figure["img_path"].startswith(f"images/page_{figure['page_idx']}_image_")
+    for figure in figures:
+        assert figure["content"] == "a test picture" and figure["sub_type"] == "natural_image"
+        # Cut from the page the worker rendered: US Letter at 100 DPI is 850x1100 px, the
+        # figure's box (0.1..0.6 x 0.5..0.9) is 425x440 px of it.
+        with Image.open(folder / figure["img_path"]) as crop:
+            assert crop.format == "JPEG" and crop.size == (425, 440)
+        assert f"![]({figure['img_path']})" in (folder / "memo.md").read_text()
+    assert (out / "memo" / "memo.meta.json").exists()

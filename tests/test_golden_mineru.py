@@ -14,9 +14,10 @@ import json
 import re
 from typing import Any
 
-import golden
 import pytest
 from PIL import Image
+
+from tests import golden
 
 pytestmark = pytest.mark.skipif(not golden.available(), reason="shared golden fixtures absent")
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from daemon.formats import inline
-from daemon.formats.middle import AUXILIARY_TYPES
+from daemon.formats.middle import AUXILIARY_TYPES, PageData, build_middle
 from daemon.formats.tables import table_markdown
+from daemon.page import Block
 
 Node = dict[str, Any]
 
@@ -156,3 +158,9 @@ def markdown(middle: Node) -> str:
             if node["type"] == "text":
                 last_text = (len(parts) - 1, node["content"], node)
     return "\n\n".join(parts) + "\n"
+
+
+def pages_to_markdown(pages: Sequence[Sequence[Block]]) -> str:
+    """The Markdown of bare per-page block lists (pages numbered from 0), for tools and
+    benchmarks that hold an engine's blocks rather than a stored document."""
+    return markdown(build_middle([PageData(i, tuple(p)) for i, p in enumerate(pages)]))
