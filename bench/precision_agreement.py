@@ -128,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             loaded = load_model(str(folder), None, precision=precision)
             outputs[precision] = greedy(loaded, items, args.tokens)
             seconds = time.monotonic() - t0
-            row = agreement(outputs["fp32"], outputs[precision])
+            # Agreement figures plus how long it took and the dtypes used, for the report.
+            row: dict[str, Any] = dict(agreement(outputs["fp32"], outputs[precision]))
             row["seconds"] = round(seconds, 1)
             row["dtypes"] = f"{loaded.dtype_vision} / {loaded.dtype_decoder}"
             results["precisions"][precision] = row
