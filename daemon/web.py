@@ -115,6 +115,8 @@ def document_files(cfg: Config, job: Job) -> DocumentFiles | None:
     if not folder.is_relative_to(outbox) or not folder.is_dir():
         return None
     stem = folder.name
+    if (folder / "auto").is_dir() and not (folder / "auto").is_symlink():
+        folder = folder / "auto"  # output.layout: mineru-legacy keeps MinerU's files there
     markdown = folder / f"{stem}.md"
     if not markdown.is_file():
         found = sorted(p for p in folder.glob("*.md") if not p.name.startswith("."))

@@ -134,6 +134,20 @@ def test_markdown_view_escapes_the_document(store: Store, server: HttpServer) ->
     assert headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_markdown_view_finds_the_mineru_legacy_layout(
+    store: Store, server: HttpServer, cfg: Config  # noqa: F811
+) -> None:
+    # output.layout: mineru-legacy keeps the Markdown and content_list in <stem>/auto/.
+    folder = cfg.outbox / "report"
+    (folder / "auto").mkdir()
+    for name in ("report.md", "report_content_list.json"):
+        (folder / name).rename(folder / "auto" / name)
+    code, _, html = request(server, "/doc/1")
+    assert code == 200 and "<h1>Quarterly report</h1>" in html
+    code, _, text = request(server, "/doc/1/content_list.json")
+    assert code == 200 and json.loads(text) == [{"type": "text", "text": "x"}]
+
+
 @pytest.mark.parametrize("path", [
     "/doc/../../etc/passwd", "/doc/1/../../../etc/passwd", "/doc/%2e%2e/etc/passwd",
     "/static/../config.yaml", "/static/", "/doc/", "/doc/01", "/doc/1/report.md",
