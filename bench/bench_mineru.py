@@ -11,7 +11,7 @@ bench_engine.py for how it is forced and timed).
 - `--realistic`: a real corpus page (docling__amt_handbook_sample.pdf, 17 blocks on their
   real regions from its text layer; bench/realistic.py), the layout step forced to the token
   count of MinerU's layout string for those blocks and each block to the token count of its
-  real text (Qwen2's BPE), plus the `document` path: a 4-page PDF (pypdf__pdflatex-4-pages)
+  real text (Qwen2's BPE), plus the `document` path: a 4-page PDF (docling__normal_4pages)
   through the real supervisor and worker (`daemon.parse.parse_files`), for the time the
   model sits idle between pages.
 
@@ -636,6 +636,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown paths {sorted(unknown)} (known: {', '.join(ALL_PATHS)})")
     if "document" in paths and not args.realistic:
         parser.error("the document path needs --realistic")
+    sys.path.insert(0, str(REPO))
+    from daemon.engines.mineru_model import auto_precision
+
+    if "auto" in paths and auto_precision() in paths:
+        # The same configuration twice: keep `auto`, the name the target is stated in.
+        print(f"{auto_precision()}: skipped, it is what auto picks here", flush=True)
+        paths.remove(auto_precision())
     model_dir: Path = args.model.expanduser().resolve()
     gguf_dir: Path = args.gguf.expanduser().resolve()
     ggufs = sorted(gguf_dir.glob("*-Q8_0.gguf"))

@@ -33,8 +33,9 @@ REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO.parent / "shared" / "corpus" / "pdf"
 # Two columns, headings, paragraphs, two figures with captions, page number: 20 blocks.
 DEFAULT_PAGE = (CORPUS / "docling__amt_handbook_sample.pdf", 0)
-# Four pages of running text, for the page pipeline (idle time between pages).
-DEFAULT_DOCUMENT = CORPUS / "pypdf__pdflatex-4-pages.pdf"
+# Four pages of a two-column report with tables (14-37 blocks, 750-1,200 block tokens per
+# page), for the page pipeline: idle time between pages, model busy share.
+DEFAULT_DOCUMENT = CORPUS / "docling__normal_4pages.pdf"
 DASHSCOPE = "dashscope==2.0.2"
 RANK_FILE = "dashscope/resources/qwen.tiktoken"
 # Qwen2's pre-tokenizer: contractions, letters, ONE digit at a time, punctuation runs,

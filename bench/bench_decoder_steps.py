@@ -1,0 +1,116 @@
+"""Per-step cost of MinerU2.5's decoder by dtype and batch rows: why batching and int8 pay.
+
+A slice of the real decoder (Qwen2 width: hidden 896, FFN 4,864, 14/2 heads; `--layers` of the
+24 layers, default 4) plus the full 151,936-token lm_head, random weights, in fp32, bf16 and
+dynamic int8 (docinbox's `int8` scheme). Measures one decode step for 1, 4 and 8 rows (best of
+6 steps after a 64-token prompt) and one prefill of `--prefill` tokens (best of 3; logits for
+the last position only, as generate() asks). Seconds here are for the slice: multiply by
+24 / layers for the decoder part of a real step (the lm_head is included once either way).
+
+    python bench/bench_decoder_steps.py [--threads 1] [--layers 4] [--prefill 1024]
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/bench_decoder_steps.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import time
+import warnings
+from typing import Any
+
+
+def variant(base: Any, kind: str) -> Any:
+    import torch
+    from torch import nn
+
+    model = copy.deepcopy(base)
+    if kind == "bf16":
+        return model.to(torch.bfloat16)
+    if kind == "int8":
+        from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        spec = {"model": per_channel_dynamic_qconfig, "lm_head": per_channel_dynamic_qconfig}
+        mapping = {nn.Linear: DynamicQuantizedLinear}
+        quantize_dynamic(model, qconfig_spec=spec, dtype=torch.qint8, mapping=mapping, inplace=True)
+    return model
+
+
+def decode_step(model: Any, rows: int) -> float:
+    import torch
+
+    with torch.inference_mode():
+        out = model(input_ids=torch.randint(0, 150_000, (rows, 64)), use_cache=True)
+        cache = out.past_key_values
+        token = torch.randint(0, 150_000, (rows, 1))
+        best = float("inf")
+        for _ in range(6):
+            t0 = time.perf_counter()
+            out = model(input_ids=token, past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def prefill(model: Any, tokens: int) -> float:
+    import torch
+
+    with torch.inference_mode():
+        ids = torch.randint(0, 150_000, (1, tokens))
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            model(input_ids=ids, use_cache=True, logits_to_keep=1)
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--prefill", type=int, default=1024)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.set_num_threads(args.threads)
+    make_config: Any = Qwen2Config
+    config = make_config(
+        vocab_size=151_936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=args.layers,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    base = Qwen2ForCausalLM(config).eval()
+    caps = {
+        k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ
+    }
+    print(
+        f"torch kernels {torch.backends.cpu.get_cpu_capability()} {caps or ''}, "
+        f"{args.threads} thread(s), {args.layers} layers + lm_head, load {os.getloadavg()[0]:.2f}"
+    )
+    print(f"| dtype | step, 1 row | 4 rows | 8 rows | prefill {args.prefill} tokens |")
+    print("|---|---|---|---|---|")
+    for kind in ("bf16", "int8", "fp32"):
+        model = variant(base, kind)
+        steps = [decode_step(model, rows) * 1000 for rows in (1, 4, 8)]
+        fill = prefill(model, args.prefill)
+        print(
+            f"| {kind} | {steps[0]:.1f} ms | {steps[1]:.1f} ms | {steps[2]:.1f} ms "
+            f"| {fill:.2f} s |",
+            flush=True,
+        )
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
