@@ -95,42 +95,8 @@ def _v1(node: Node) -> Node | None:
             "sub_type": node.get("sub_type") or "text",
             "list_items": [inline.render(c["content"]) for c in node["content"] if c["content"]],
         }
-    if t == "image":
-        body = _body(node)
-        item = {
-            "type": "image",
-            "img_path": body.get("image_path", ""),
-            "image_caption": _texts(node, "image_caption"),
-            "image_footnote": _texts(node, "image_footnote"),
-        }
-        if content := str(body["content"]).strip():
-            item["content"] = content
-        if node.get("sub_type"):
-            item["sub_type"] = node["sub_type"]
-        return item
-    if t == "table":
-        body = _body(node)
-        item = {
-            "type": "table",
-            "img_path": body.get("image_path", ""),
-            "table_caption": _texts(node, "table_caption"),
-            "table_footnote": _texts(node, "table_footnote"),
-        }
-        if content := str(body["content"]).strip():
-            item["table_body"] = content
-        return item
-    if t == "chart":
-        body = _body(node)
-        item = {
-            "type": "chart",
-            "img_path": body.get("image_path", ""),
-            "content": str(body["content"]).strip(),
-            "chart_caption": _texts(node, "chart_caption"),
-            "chart_footnote": _texts(node, "chart_footnote"),
-        }
-        if node.get("sub_type"):
-            item["sub_type"] = node["sub_type"]
-        return item
+    if t in ("image", "table", "chart"):
+        return _v1_visual(node)
     if t == "code":
         body = _body(node)
         content = body["content"]
@@ -142,6 +108,23 @@ def _v1(node: Node) -> Node | None:
             "code_footnote": _texts(node, "code_footnote"),
         }
     return None
+
+
+def _v1_visual(node: Node) -> Node:
+    """Images, tables and charts: the crop, captions and footnotes folded in, the body."""
+    t = node["type"]
+    body = _body(node)
+    content = str(body["content"]).strip()
+    item: Node = {"type": t, "img_path": body.get("image_path", "")}
+    if t == "chart":  # a chart always has its data field, even empty
+        item["content"] = content
+    item[f"{t}_caption"] = _texts(node, f"{t}_caption")
+    item[f"{t}_footnote"] = _texts(node, f"{t}_footnote")
+    if content and t != "chart":
+        item["table_body" if t == "table" else "content"] = content
+    if t != "table" and node.get("sub_type"):
+        item["sub_type"] = node["sub_type"]
+    return item
 
 
 def content_list(middle: Node) -> list[Node]:
