@@ -30,7 +30,10 @@ def variant(base: Any, kind: str) -> Any:
         return model.to(torch.bfloat16)
     if kind == "int8":
         from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+        from torch.ao.quantization import per_channel_dynamic_qconfig
+        from torch.ao.quantization import quantize_dynamic as _quantize_dynamic
+
+        quantize_dynamic: Any = _quantize_dynamic  # untyped in torch
 
         spec = {"model": per_channel_dynamic_qconfig, "lm_head": per_channel_dynamic_qconfig}
         mapping = {nn.Linear: DynamicQuantizedLinear}
@@ -89,7 +92,8 @@ def main() -> int:
         tie_word_embeddings=False,
     )
     torch.manual_seed(0)
-    base = Qwen2ForCausalLM(config).eval()
+    make_model: Any = Qwen2ForCausalLM
+    base = make_model(config).eval()
     caps = {
         k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ
     }
