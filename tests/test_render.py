@@ -511,6 +511,19 @@ def test_text_in_bbox() -> None:
     assert textlayer.text_in_bbox(lines, (0.55, 0.4, 1.0, 0.6)) == "right"
 
 
+def test_text_in_bbox_shares_one_baseline_between_two_boxes_word_by_word(tmp_path: Path) -> None:
+    # A page number and the footer text on one baseline, close enough to be one line.
+    footer = TextLine("10 Row and Column", (0.10, 0.95, 0.40, 0.96), words=(
+        ("10", 0.10, 0.12), ("Row", 0.15, 0.18), ("and", 0.19, 0.22), ("Column", 0.23, 0.40)))
+    assert textlayer.text_in_bbox([footer], (0.09, 0.94, 0.13, 0.97)) == "10"
+    assert textlayer.text_in_bbox([footer], (0.14, 0.94, 0.5, 0.97)) == "Row and Column"
+    # Real PDF lines carry their words (upright text).
+    pdf = docgen.make_text_pdf(tmp_path / "w.pdf", [["two words"]])
+    [line] = textlayer.pdf_text_layer(pdf, None, 0)
+    assert [w for w, _, _ in line.words] == ["two", "words"]
+    assert all(x0 < x1 for _, x0, x1 in line.words)
+
+
 # ---------------------------------------------------------------------------- helpers
 
 
