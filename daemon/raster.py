@@ -21,6 +21,7 @@ from daemon.errors import DocumentError, FailureKind
 from daemon.page import PageInput
 from daemon.sniff import (
     DECODE_ERRORS,
+    PDFIUM_LOCK,
     DocumentInfo,
     check_pixels,
     open_image,
@@ -93,28 +94,33 @@ def _render_pdf_page(
     max_long_side: int,
     max_image_pixels: int,
 ) -> PageInput:
-    doc = open_known_pdf(path, info.password)
-    try:
+    image: Image.Image | None = None
+    with PDFIUM_LOCK:  # pdftoppm below runs outside it: another process
+        doc = open_known_pdf(path, info.password)
         try:
-            page = doc[page_idx]
-        except pdfium.PdfiumError as exc:
-            raise DocumentError(
-                FailureKind.CORRUPT, f"page {page_idx + 1} does not load ({exc})"
-            ) from exc
-        # get_size() is the displayed size: /Rotate 90 pages report width and height swapped.
-        size_pt = page.get_size()
-        page_dpi = effective_dpi(
-            size_pt, dpi=dpi, max_long_side=max_long_side, max_image_pixels=max_image_pixels
-        )
-        # An encrypted PDF is never handed to pdftoppm: its password would sit on a
-        # command line, readable by every user through `ps`. PDFium renders it in-process.
-        if choose_renderer() == "poppler" and not info.password:
-            page.close()
-            image = _render_poppler(path, info.password, page_idx, page_dpi)
-        else:
-            image = _render_pdfium(doc, page, page_dpi)
-    finally:
-        doc.close()
+            try:
+                page = doc[page_idx]
+            except pdfium.PdfiumError as exc:
+                raise DocumentError(
+                    FailureKind.CORRUPT, f"page {page_idx + 1} does not load ({exc})"
+                ) from exc
+            # get_size() is the displayed size: /Rotate 90 pages report width and height
+            # swapped.
+            size_pt = page.get_size()
+            page_dpi = effective_dpi(
+                size_pt, dpi=dpi, max_long_side=max_long_side, max_image_pixels=max_image_pixels
+            )
+            # An encrypted PDF is never handed to pdftoppm: its password would sit on a
+            # command line, readable by every user through `ps`. PDFium renders it
+            # in-process.
+            if choose_renderer() == "poppler" and not info.password:
+                page.close()
+            else:
+                image = _render_pdfium(doc, page, page_dpi)
+        finally:
+            doc.close()
+    if image is None:
+        image = _render_poppler(path, info.password, page_idx, page_dpi)
     # Renderers round pixel sizes up; never hand an engine more than it was promised.
     image = _fit(image.convert("RGB"), max_long_side)
     return PageInput(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import threading
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -279,7 +280,21 @@ def pdfium_reason(exc: pdfium.PdfiumError) -> str:
     return f"the PDF cannot be read: {text}"
 
 
+# PDFium must never be called from two threads at once, not even for different documents
+# (pypdfium2's documentation: it corrupts or crashes the process). The worker renders the
+# next page in a thread while the engine reads the text layer of the current one, so every
+# PDFium call in docinbox holds this lock. Re-entrant: helpers call each other.
+PDFIUM_LOCK = threading.RLock()
+
+
 def _inspect_pdf(path: Path, passwords: Sequence[str], limits: LimitsConfig) -> DocumentInfo:
+    with PDFIUM_LOCK:
+        return _inspect_pdf_locked(path, passwords, limits)
+
+
+def _inspect_pdf_locked(
+    path: Path, passwords: Sequence[str], limits: LimitsConfig
+) -> DocumentInfo:
     doc, password = _open_pdf(path, passwords)
     try:
         pages = len(doc)

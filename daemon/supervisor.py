@@ -97,6 +97,7 @@ class Current:
     page_started: float = 0.0
     block: tuple[int, int] | None = None
     stage: str | None = None  # what the engine is doing on the page: "layout", "block", ...
+    pages_in_flight: int = 1  # pages of the document the worker is parsing at once
     pending: list[int] = field(default_factory=list)
 
 
@@ -395,9 +396,12 @@ class Supervisor:
         if cur is None or msg.job_id != cur.job.id:
             return  # stale answer about a document we gave up on
         match msg:
-            case Progress(done=done, total=total, what=what):
-                cur.block = (done, total)
-                cur.stage = what
+            case Progress(page_idx=page_idx, done=done, total=total, what=what,
+                          pages_in_flight=in_flight):
+                cur.pages_in_flight = in_flight
+                if page_idx == cur.page_idx:  # pages parsed ahead report too
+                    cur.block = (done, total)
+                    cur.stage = what
             case Inspected(page_count=page_count):
                 cur.page_count = page_count
                 self.store.set_page_count(cur.job.id, page_count)

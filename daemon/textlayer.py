@@ -21,7 +21,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from daemon.errors import DocumentError, FailureKind
-from daemon.sniff import open_known_pdf
+from daemon.sniff import PDFIUM_LOCK, open_known_pdf
 
 
 @dataclass(frozen=True)
@@ -71,23 +71,25 @@ def pdf_text_layer(path: Path, password: str | None, page_idx: int) -> list[Text
     Reading order is the producer's content order, which for most born-digital files is
     reading order within a column; engines sort blocks themselves.
     """
-    doc = open_known_pdf(path, password)
-    try:
-        page = doc[page_idx]
+    with PDFIUM_LOCK:
+        doc = open_known_pdf(path, password)
         try:
-            return page_text_lines(page)
+            page = doc[page_idx]
+            try:
+                return page_text_lines(page)
+            finally:
+                page.close()
+        except pdfium.PdfiumError as exc:
+            raise DocumentError(
+                FailureKind.CORRUPT, f"text of page {page_idx + 1} cannot be read ({exc})"
+            ) from exc
         finally:
-            page.close()
-    except pdfium.PdfiumError as exc:
-        raise DocumentError(
-            FailureKind.CORRUPT, f"text of page {page_idx + 1} cannot be read ({exc})"
-        ) from exc
-    finally:
-        doc.close()
+            doc.close()
 
 
 def page_text_lines(page: pdfium.PdfPage) -> list[TextLine]:
-    """`pdf_text_layer` for a page that is already open (for engines that keep a document)."""
+    """`pdf_text_layer` for a page that is already open (for engines that keep a document;
+    the caller holds `sniff.PDFIUM_LOCK`)."""
     geometry = _PageGeometry.of(page)
     textpage = page.get_textpage()
     try:

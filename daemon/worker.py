@@ -12,6 +12,7 @@ The messages it exchanges with the supervisor are in daemon/protocol.py.
 from __future__ import annotations
 
 import faulthandler
+import functools
 import logging
 import os
 import resource
@@ -25,14 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config import Config
-from daemon.crops import finish_page
 from daemon.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.protocol import (
     DocError,
     Heartbeat,
     Inspect,
     Inspected,
-    PageDone,
     ParsePage,
     Progress,
     Ready,
@@ -121,8 +120,9 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
 
 
 def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> None:
-    from daemon import raster, sniff
+    from daemon import sniff
     from daemon.engines import create_engine
+    from daemon.pipeline import PagePipeline
 
     try:
         engine = create_engine(engine_name, cfg.engine)
@@ -146,25 +146,42 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
     chan.send(Ready(info))
 
     docs: dict[int, sniff.DocumentInfo] = {}
+    pipeline: PagePipeline | None = None
+    progress = _Progress(chan)
     while True:
         try:
             msg: Request = conn.recv()
         except (EOFError, OSError):
             return  # the daemon is gone: nothing to report to
         if isinstance(msg, Stop):
+            if pipeline is not None:
+                pipeline.close()
             engine.close()
             return
         try:
             match msg:
                 case Inspect(job_id=job_id, path=path):
-                    docs.clear()  # one document at a time: forget the previous one's password
+                    # One document at a time: forget the previous one's password and
+                    # whatever was prepared for it.
+                    docs.clear()
+                    if pipeline is not None:
+                        pipeline.close()
+                        pipeline = None
                     doc = _inspect(sniff, Path(path), cfg)
                     docs[job_id] = doc
                     chan.send(Inspected(job_id, doc.kind, doc.format, doc.page_count))
                 case ParsePage(job_id=job_id, path=path):
-                    doc = docs.get(job_id) or _inspect(sniff, Path(path), cfg)
-                    docs[job_id] = doc
-                    _page(chan, engine, raster, cfg, msg, doc)
+                    if pipeline is None or not pipeline.serves(msg):
+                        if pipeline is not None:
+                            pipeline.close()
+                        doc = docs.get(job_id) or _inspect(sniff, Path(path), cfg)
+                        docs.clear()
+                        docs[job_id] = doc
+                        pipeline = PagePipeline(
+                            engine, cfg, job_id, Path(path), doc, msg.options,
+                            functools.partial(progress, job_id),
+                        )
+                    chan.send(pipeline.run(msg))
                 case _:
                     log.error("unknown request %r", msg)
         except DocumentError as exc:
@@ -206,41 +223,20 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
 
 
 class _Progress:
-    """Rate-limited progress reports for one page (block k of K)."""
+    """Rate-limited progress reports, per page (several may be in flight)."""
 
-    def __init__(self, chan: _Channel, job_id: int, page_idx: int) -> None:
-        self.chan, self.job_id, self.page_idx = chan, job_id, page_idx
-        self.last = 0.0
+    def __init__(self, chan: _Channel) -> None:
+        self.chan = chan
+        self.last: dict[tuple[int, int], float] = {}
 
-    def __call__(self, done: int, total: int, what: str) -> None:
+    def __call__(
+        self, job_id: int, page_idx: int, done: int, total: int, what: str, in_flight: int
+    ) -> None:
         t = time.monotonic()
-        if t - self.last >= PROGRESS_INTERVAL or done == total:
-            self.last = t
-            self.chan.send(Progress(self.job_id, self.page_idx, done, total, what))
-
-
-def _page(
-    chan: _Channel, engine: Any, raster: Any, cfg: Config, req: ParsePage, doc: Any
-) -> None:
-    t0 = time.monotonic()
-    options = req.options  # complete as it came: config.page_options_for built it
-    page = raster.render_page(
-        Path(req.path),
-        doc,
-        req.page_idx,
-        dpi=options.dpi,
-        max_long_side=options.max_long_side,
-        max_image_pixels=cfg.limits.max_image_pixels,
-    )
-    result = engine.parse_page(page, options, _Progress(chan, req.job_id, req.page_idx))
-    result = finish_page(page, result)  # crops of figures/tables, cut while we hold pixels
-    seconds = time.monotonic() - t0
-    info = dict(result.info)
-    info.setdefault("width", page.image.width)
-    info.setdefault("height", page.image.height)
-    info.setdefault("dpi", page.dpi)
-    chan.send(PageDone(req.job_id, req.page_idx, tuple(result.blocks), info, seconds,
-                       result.crops, result.model_output))
+        key = (job_id, page_idx)
+        if t - self.last.get(key, 0.0) >= PROGRESS_INTERVAL or done == total:
+            self.last[key] = t
+            self.chan.send(Progress(job_id, page_idx, done, total, what, in_flight))
 
 
 def _inspect(sniff: Any, path: Path, cfg: Config) -> Any:

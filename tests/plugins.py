@@ -12,6 +12,8 @@ get through produce real output; the fault is injected around it, chosen by
     marker_dir: /tmp/x    # required for crash/segfault/hang/hog/raise
     slow_seconds: 2.0     # fault=slow: extra time per page
     hog_mb: 600           # fault=hog: memory to grab and keep
+    pages_in_flight: 1    # declared as max_pages_in_flight: the worker parses that many
+                          # lookahead pages at once, from threads
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class FaultEngine:
 
         self.opts: dict[str, Any] = dict(config.options)
         self.inner = LiteEngine(config)
+        self.max_pages_in_flight = int(self.opts.get("pages_in_flight", 1))
 
     def load(self) -> EngineInfo:
         if self.opts.get("fault") == "unavailable":

@@ -522,3 +522,45 @@ def test_sigterm_stops_the_worker_however_the_document_ends(
     else:
         assert present(store.job(a)).state == state and asked == []  # finished is finished
     assert bench.worker.page_requests(b_id) == [0]
+
+
+# ------------------------------------------------------------------ the page pipeline
+
+
+def test_each_page_request_names_the_pages_that_come_next(tmp_path: Path) -> None:
+    pages: dict[int, int] = {}
+    bench = Bench(tmp_path, pages, lambda msg: False, engine={"pages": "1-3,5"})
+    a = queue_pdf(bench.cfg, bench.store, bench.clock, "a.pdf", pages=6)
+    pages[a] = 6
+    with bench.store.tx() as c:  # page 2 was done by an earlier worker
+        c.execute("INSERT INTO pages(job_id, page_idx, blocks, info, engine, seconds, done_at)"
+                  " VALUES(?, 1, '[]', '{}', 'lite', 1.0, 0)", (a,))
+    bench.step_until(lambda: present(bench.store.job(a)).state == JobState.DONE)
+    asked = [(m.page_idx, m.lookahead) for m in bench.worker.seen if isinstance(m, ParsePage)]
+    assert asked == [(0, (2, 4)), (2, (4,)), (4, ())]
+    first = next(m for m in bench.worker.seen if isinstance(m, ParsePage))
+    assert first.options == bench.sup._page_options(present(bench.store.job(a)))
+
+
+@pytest.mark.integration
+def test_a_crash_with_pages_in_flight_resumes_at_the_first_unfinished_page(
+    tmp_path: Path,
+) -> None:
+    marker = tmp_path / "m"
+    marker.mkdir()
+    cfg, store, sup, clock = setup(
+        tmp_path, engine=fault_engine(fault="crash", on_page=2, marker_dir=str(marker),
+                                      pages_in_flight=3),
+    )
+    jid = queue_pdf(cfg, store, clock, "four.pdf", pages=4)
+    drive(sup, clock, lambda: present(store.job(jid)).crashes == 1)
+    clock.now += 10  # past the restart back-off
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
+    job = present(store.job(jid))
+    assert job.crashes == 1 and job.pages_done == 4
+    # every page recorded exactly once, in order, with its own text
+    assert store.counters()["pages_total"] == 4
+    md = (cfg.outbox / "four" / "four.md").read_text()
+    positions = [md.index(f"four.pdf page {i}") for i in range(4)]
+    assert positions == sorted(positions), md
+    stop(sup, clock)
