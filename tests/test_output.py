@@ -187,6 +187,15 @@ def test_content_list_every_block_type() -> None:
     ]
 
 
+def test_inline_formulas_are_spans_and_prices_stay_text() -> None:
+    md, cl = render([[b("text", "costs $5 and $10 for \\(a_1^2\\) units")]])
+    assert cl[0]["text"] == "costs \\$5 and \\$10 for $a_1^2$ units"
+    assert md == "costs \\$5 and \\$10 for $a_1^2$ units\n"
+    v2 = content_list.content_list_v2(build_middle(as_pages([[b("text", "x \\(y\\)")]])))
+    assert v2[0][0]["content"]["paragraph_content"] == [
+        {"type": "text", "content": "x "}, {"type": "equation_inline", "content": "y"}]
+
+
 def test_content_list_bbox_is_clamped() -> None:
     [entry] = render([[b("text", "x", bbox=(-0.1, 0.0004, 1.2, float("nan")))]])[1]
     assert entry["bbox"] == [0, 0, 1000, 0]

@@ -1,8 +1,9 @@
 """Inline text as MinerU's middle JSON holds it (spans) and as its renderers write it.
 
-Engines hand over plain strings; inline formulas in them (`\\(...\\)` or `$...$`, as
-mineru-vl-utils leaves them) become `equation_inline` spans so their `$` and `_` are not
-escaped. Plain text is escaped the way MinerU's Markdown writer (DocVortex) does it, so
+Engines hand over plain strings; inline formulas in them (`\\(...\\)`, as mineru-vl-utils
+leaves them) become `equation_inline` spans so their `_` and `^` are not escaped. A bare
+`$...$` is left as text: in documents it is far more often two prices than a formula.
+Plain text is escaped the way MinerU's Markdown writer (DocVortex) does it, so
 `FUNCTION_USAGE` reads `FUNCTION\\_USAGE` in content_list and Markdown alike.
 """
 
@@ -14,8 +15,7 @@ from typing import Any
 
 Span = dict[str, Any]  # {"type": "text" | "equation_inline", "content": str}
 
-# \( ... \) or a single-$ pair that is not $$ and not escaped.
-_INLINE_MATH_RE = re.compile(r"\\\((.+?)\\\)|(?<![\\$])\$(?!\$)(.+?)(?<![\\$])\$(?!\$)", re.DOTALL)
+_INLINE_MATH_RE = re.compile(r"\\\((.+?)\\\)", re.DOTALL)
 # Characters with inline Markdown meaning; MinerU escapes exactly these in plain text.
 _MARKDOWN_SPECIALS = frozenset("*_`~$")
 _HTML_LIKE_RE = re.compile(r"</?[A-Za-z][^<>\n]*>|<!--.*?-->|<![A-Za-z][^<>\n]*>|<\?[^<>\n]*\?>")
@@ -30,8 +30,7 @@ def spans(text: str) -> list[Span]:
     for match in _INLINE_MATH_RE.finditer(text):
         if match.start() > cursor:
             out.append({"type": "text", "content": text[cursor : match.start()]})
-        latex = match.group(1) if match.group(1) is not None else match.group(2)
-        out.append({"type": "equation_inline", "content": latex.strip()})
+        out.append({"type": "equation_inline", "content": match.group(1).strip()})
         cursor = match.end()
     if cursor < len(text) or not out:
         out.append({"type": "text", "content": text[cursor:]})

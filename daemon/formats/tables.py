@@ -89,8 +89,11 @@ def _row(cells: list[str]) -> str:
 def table_markdown(table_html: str) -> str:
     """A table body in Markdown: GFM pipes when lossless, else the HTML unchanged."""
     parser = _Table()
-    parser.feed(table_html)
-    parser.close()
+    try:
+        parser.feed(table_html)
+        parser.close()
+    except Exception:  # HTMLParser is lenient; whatever it still rejects stays HTML
+        return table_html.strip()
     rows = [r for r in parser.rows if r]
     if parser.tables != 1 or parser.complex or parser.thead_rows > 1 or not rows:
         return table_html.strip()
