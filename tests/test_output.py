@@ -196,6 +196,13 @@ def test_inline_formulas_are_spans_and_prices_stay_text() -> None:
         {"type": "text", "content": "x "}, {"type": "equation_inline", "content": "y"}]
 
 
+def test_formulas_wrapped_in_tables_become_dollar_math() -> None:
+    table = "<table><tr><td>area</td><td><eq>a|b^{2}</eq></td></tr></table>"
+    md, cl = render([[b("table", html=table)]])
+    assert cl[0]["table_body"] == "<table><tr><td>area</td><td> $a|b^{2}$ </td></tr></table>"
+    assert md == "| area | $a\\|b^{2}$ |\n| --- | --- |\n"
+
+
 def test_content_list_bbox_is_clamped() -> None:
     [entry] = render([[b("text", "x", bbox=(-0.1, 0.0004, 1.2, float("nan")))]])[1]
     assert entry["bbox"] == [0, 0, 1000, 0]

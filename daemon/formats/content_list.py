@@ -114,7 +114,7 @@ def _v1_visual(node: Node) -> Node:
     """Images, tables and charts: the crop, captions and footnotes folded in, the body."""
     t = node["type"]
     body = _body(node)
-    content = str(body["content"]).strip()
+    content = tables.formulas_inline(str(body["content"])).strip()
     item: Node = {"type": t, "img_path": body.get("image_path", "")}
     if t == "chart":  # a chart always has its data field, even empty
         item["content"] = content
@@ -182,7 +182,7 @@ def _v2(node: Node) -> Node | None:
         return {"type": "list", "content": content}
     if t == "image":
         body = _body(node)
-        body_content = str(body["content"]).strip()
+        body_content = tables.formulas_inline(str(body["content"])).strip()
         content = {
             "image_source": {"path": body.get("image_path", "")},
             "image_caption": _v2_spans(node, "image_caption"),
@@ -196,7 +196,7 @@ def _v2(node: Node) -> Node | None:
         return item
     if t == "table":
         body = _body(node)
-        html = str(body["content"]).strip()
+        html = tables.formulas_inline(str(body["content"])).strip()
         return {"type": "table", "content": {
             "image_source": {"path": body.get("image_path", "")},
             "table_caption": _v2_spans(node, "table_caption"),
@@ -208,7 +208,7 @@ def _v2(node: Node) -> Node | None:
         body = _body(node)
         item = {"type": "chart", "content": {
             "image_source": {"path": body.get("image_path", "")},
-            "content": str(body["content"]).strip(),
+            "content": tables.formulas_inline(str(body["content"])).strip(),
             "chart_caption": _v2_spans(node, "chart_caption"),
             "chart_footnote": _v2_spans(node, "chart_footnote")}}
         if node.get("sub_type"):

@@ -17,7 +17,7 @@ from typing import Any
 
 from daemon.formats import inline
 from daemon.formats.middle import AUXILIARY_TYPES, PageData, build_middle
-from daemon.formats.tables import table_markdown
+from daemon.formats.tables import formulas_inline, table_markdown
 from daemon.page import Block
 
 Node = dict[str, Any]
@@ -56,7 +56,8 @@ def _chart_body(node: Node, body: Node) -> str:
     content = str(body["content"]).strip()
     if not content:
         return _image(body.get("image_path"))
-    rendered = table_markdown(content) if re.search(r"<table\b", content, re.I) else content
+    rendered = (table_markdown(content) if re.search(r"<table\b", content, re.I)
+                else formulas_inline(content))
     if not body.get("image_path"):
         return rendered
     details = _details(rendered, node.get("sub_type") or "chart content")
@@ -65,7 +66,7 @@ def _chart_body(node: Node, body: Node) -> str:
 
 def _image_body(node: Node, body: Node) -> str:
     parts = [_image(body.get("image_path"))]
-    if content := str(body["content"]).strip():
+    if content := formulas_inline(str(body["content"])).strip():
         parts.append(_details(content, node.get("sub_type") or "image content"))
     return "\n\n".join(p for p in parts if p)
 

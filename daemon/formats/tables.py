@@ -7,6 +7,7 @@ Parsed with the standard library's HTMLParser: model tables are small, flat HTML
 
 from __future__ import annotations
 
+import html
 import re
 from html.parser import HTMLParser
 
@@ -28,6 +29,7 @@ class _Table(HTMLParser):
         self.header_flags: list[list[bool]] = []
         self.cell: list[str] | None = None
         self.styles: list[str] = []
+        self.in_formula = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         names = {name for name, _ in attrs}
@@ -52,6 +54,9 @@ class _Table(HTMLParser):
                 self.complex = True
             elif tag == "br":
                 self.cell.append("<br>")
+            elif tag == "eq":  # a formula the model wrapped inside the table
+                self.cell.append("$")
+                self.in_formula = True
             elif tag in _STYLE:
                 self.cell.append(_STYLE[tag])
                 self.styles.append(tag)
@@ -62,12 +67,26 @@ class _Table(HTMLParser):
         elif tag in ("td", "th") and self.cell is not None and self.rows:
             self.rows[-1].append(_normalise("".join(self.cell)))
             self.cell = None
+        elif self.cell is not None and tag == "eq":
+            self.cell.append("$")
+            self.in_formula = False
         elif self.cell is not None and tag in _STYLE:
             self.cell.append(_STYLE[tag])
 
     def handle_data(self, data: str) -> None:
-        if self.cell is not None:
+        if self.cell is not None and self.in_formula:
+            self.cell.append(data.strip().replace("|", r"\|"))
+        elif self.cell is not None:
             self.cell.append(_escape_cell(data))
+
+
+_FORMULA_RE = re.compile(r"<eq>(?P<latex>.*?)</eq>", re.IGNORECASE | re.DOTALL)
+
+
+def formulas_inline(markup: str) -> str:
+    """`<eq>latex</eq>` (mineru-vl-utils' formula wrapping in tables) -> ` $latex$ `, as
+    MinerU writes embedded HTML into content_list and Markdown."""
+    return _FORMULA_RE.sub(lambda m: f" ${html.unescape(m.group('latex')).strip()}$ ", markup)
 
 
 def _escape_cell(text: str) -> str:
@@ -93,10 +112,10 @@ def table_markdown(table_html: str) -> str:
         parser.feed(table_html)
         parser.close()
     except Exception:  # HTMLParser is lenient; whatever it still rejects stays HTML
-        return table_html.strip()
+        return formulas_inline(table_html).strip()
     rows = [r for r in parser.rows if r]
     if parser.tables != 1 or parser.complex or parser.thead_rows > 1 or not rows:
-        return table_html.strip()
+        return formulas_inline(table_html).strip()
     width = max(len(r) for r in rows)
     for r in rows:
         r.extend([""] * (width - len(r)))
