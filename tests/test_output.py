@@ -229,6 +229,14 @@ def test_captions_lists_and_crops_are_grouped_as_mineru_does() -> None:
     assert cl[1]["img_path"] == "images/page_3_chart_4.jpg" and cl[1]["sub_type"] == "bar_chart"
     assert cl[2]["table_caption"] == ["Table 1"]
     assert cl[2]["img_path"] == "images/page_3_table_7.jpg"
+    # A container box adds nothing; a generic caption finds its figure.
+    extra = PageData(page_idx=4, blocks=(
+        b("image_block", bbox=(0.1, 0.1, 0.9, 0.5)),
+        b("image", bbox=(0.1, 0.1, 0.9, 0.4)),
+        b("caption", "Figure 2", bbox=(0.1, 0.41, 0.9, 0.45)),
+    ))
+    [image] = content_list.content_list(build_middle([extra]))
+    assert image["type"] == "image" and image["image_caption"] == ["Figure 2"]
     md = markdown.markdown(middle)
     # Caption under the figure, over the table; a table with spans stays HTML.
     assert md.index("![](images/page_3_chart_4.jpg)") < md.index("Figure 1: sales")

@@ -45,7 +45,15 @@ _ANNOTATION_PARENTS: dict[str, dict[str, str]] = {
     "table_footnote": {"table": "table_footnote"},
     "code_caption": {"code": "code_caption", "algorithm": "code_caption"},
     "code_footnote": {"code": "code_footnote", "algorithm": "code_footnote"},
+    # The model's generic caption/footnote goes to the nearest figure of any kind.
+    "caption": {"image": "image_caption", "chart": "chart_caption", "table": "table_caption",
+                "code": "code_caption", "algorithm": "code_caption"},
+    "footnote": {"image": "image_footnote", "chart": "chart_footnote",
+                 "table": "table_footnote", "code": "code_footnote",
+                 "algorithm": "code_footnote"},
 }
+# Layout containers: their members are blocks of their own, the box adds nothing to write.
+_CONTAINER_TYPES = frozenset({"image_block", "equation_block", "unknown"})
 _BODY_TYPE = {"image": "image_body", "chart": "chart_body", "table": "table_body"}
 _LIST_OVERLAP = 0.8  # share of an item's area inside the list box (MinerU's threshold)
 
@@ -176,6 +184,8 @@ class _PageBuilder:
     def _node(self, pos: int, block: Block, body_seen: bool) -> dict[str, Any] | None:
         index = _index(block, pos)
         t = block.type
+        if t in _CONTAINER_TYPES:
+            return None
         if t in _TITLE_TYPES:
             level = self._title_level(block, body_seen)
             self.title_done = self.title_done or level == 1
