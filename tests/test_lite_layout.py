@@ -75,6 +75,12 @@ def two_columns() -> Image.Image:
     )
 
 
+@pytest.fixture(scope="module")
+def upright_result(engine: LiteEngine, two_columns: Image.Image) -> PageResult:
+    """The upright page parsed once; several tests read it (OCR is the slow part)."""
+    return parse_image(engine, two_columns)
+
+
 def parse_image(engine: LiteEngine, image: Image.Image) -> PageResult:
     page = PageInput(image=image, page_idx=0, page_count=1, dpi=None)
     return engine.parse_page(page, PageOptions(), no_progress)
@@ -88,8 +94,8 @@ def body_lines(result: PageResult) -> list[str]:
     return sorted(found, key=text.index)
 
 
-def test_two_columns_read_down_each_column(engine: LiteEngine, two_columns: Image.Image) -> None:
-    result = parse_image(engine, two_columns)
+def test_two_columns_read_down_each_column(upright_result: PageResult) -> None:
+    result = upright_result
     assert body_lines(result) == LEFT + RIGHT
     assert result.info["orientation"]["angle"] == 0
     # The title spans both columns and comes first; the running head is furniture.
@@ -99,8 +105,8 @@ def test_two_columns_read_down_each_column(engine: LiteEngine, two_columns: Imag
     assert all(b.text.strip() or b.type == IMAGE for b in result.blocks)
 
 
-def test_drawn_figure_is_an_image_block(engine: LiteEngine, two_columns: Image.Image) -> None:
-    result = parse_image(engine, two_columns)
+def test_drawn_figure_is_an_image_block(upright_result: PageResult) -> None:
+    result = upright_result
     images = [b for b in result.blocks if b.type == IMAGE]
     assert len(images) == 1
     x0, y0, x1, y1 = images[0].bbox
@@ -111,9 +117,8 @@ def test_drawn_figure_is_an_image_block(engine: LiteEngine, two_columns: Image.I
 
 @pytest.mark.parametrize("turn", [90, 180, 270])
 def test_rotated_scan_reads_like_the_upright_one(
-    engine: LiteEngine, two_columns: Image.Image, turn: int
+    engine: LiteEngine, two_columns: Image.Image, upright_result: PageResult, turn: int
 ) -> None:
-    upright_result = parse_image(engine, two_columns)
     # The scanner turned the sheet `turn` degrees clockwise.
     scan = two_columns.rotate(-turn, expand=True)
     result = parse_image(engine, scan)
@@ -244,3 +249,24 @@ def test_boxes_map_back_onto_the_scan(turn: int) -> None:
         (max(y for _, y in dark) + 1) / page.height,
     )
     assert box_to_original(bx, turn) == pytest.approx((0.1, 0.1, 0.3, 0.3), abs=1e-9)
+
+
+def test_figure_block_gets_its_crop_named_as_mineru_names_it(
+    two_columns: Image.Image, upright_result: PageResult
+) -> None:
+    import io
+
+    from daemon.crops import finish_page
+
+    page = PageInput(image=two_columns, page_idx=0, page_count=1, dpi=None)
+    # What the worker does with every engine's answer while it still holds the pixels.
+    result = finish_page(page, upright_result)
+    position = next(i for i, b in enumerate(result.blocks) if b.type == IMAGE)
+    assert [c.name for c in result.crops] == [f"page_0_image_{position}.jpg"]
+    crop = Image.open(io.BytesIO(result.crops[0].jpeg))
+    # The figure was drawn 86 % of the page wide and a third of it high; the crop shows it
+    # (sky blue at the top, not white paper).
+    assert crop.width == pytest.approx(0.86 * two_columns.width, rel=0.05)
+    assert crop.height == pytest.approx(two_columns.height / 3, rel=0.1)
+    r, _g, b = crop.convert("RGB").getpixel((crop.width // 2, crop.height // 8))
+    assert b > r + 20

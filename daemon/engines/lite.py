@@ -92,7 +92,7 @@ _FURNITURE_MAX_CHARS = 100
 
 # Which orientation detector parse_page uses; both were measured (docs/quality.md).
 ORIENTATION_METHODS = ("ocr", "tiles", "off")
-DEFAULT_ORIENTATION = "ocr"
+DEFAULT_ORIENTATION = "tiles"
 
 
 @dataclass
