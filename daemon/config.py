@@ -542,6 +542,18 @@ class WorkerConfig:
         at_least=("restart_backoff_seconds", "the cap must not be below the start"),
         doc="the cap of that wait",
     )
+    output_retry_seconds: float = setting(
+        default=30.0,
+        parse=p_seconds(strict=False),
+        doc="when the outbox cannot be written, retry a finished document after this long; "
+        "doubles per failed try",
+    )
+    output_retry_max_seconds: float = setting(
+        default=900.0,
+        parse=p_seconds(strict=False),
+        at_least=("output_retry_seconds", "the cap must not be below the start"),
+        doc="the cap of that wait",
+    )
     # As long as a page may take (page_timeout_seconds): a MinerU page on a CPU costs
     # minutes, and killing it on every restart throws that work away.
     shutdown_timeout_seconds: float = setting(

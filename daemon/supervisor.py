@@ -567,7 +567,11 @@ class Supervisor:
         except OSError as exc:
             # Disk full, outbox unwritable, NAS gone: not the document's fault. Keep its
             # pages, wait, retry. Nothing is marked done without its output.
-            delay = min(30.0 * 2 ** max(0, job.attempts - 1), 900.0)
+            w = self.cfg.worker
+            delay = min(
+                w.output_retry_seconds * 2 ** max(0, job.attempts - 1),
+                w.output_retry_max_seconds,
+            )
             why = exc.strerror or str(exc)
             where = self._folder_of(exc)
             msg = f"waiting: cannot write {where} ({why}); retry in {delay:.0f} s"

@@ -34,7 +34,9 @@ def write_config(root: Path, **overrides: Any) -> Path:
         "stability_seconds": 1,
         "rescan_seconds": 2,
         "engine": {"name": "lite", "fallback_engine": None, "dpi": 100},
-        "worker": {"heartbeat_seconds": 1, "restart_backoff_seconds": 0.5},
+        # An outbox fault is retried after 5 s (30 s by default): tests wait for that retry.
+        "worker": {"heartbeat_seconds": 1, "restart_backoff_seconds": 0.5,
+                   "output_retry_seconds": 5},
         "logging": {"level": "INFO"},
     }
     for key, value in overrides.items():

@@ -8,8 +8,9 @@ The outbox and archive are real small file systems (tmpfs) mounted for the test,
 full or remounted read-only while the daemon runs (as root, chmod would not stop writes).
 Those tests skip when `mount` is not permitted (not root / no CAP_SYS_ADMIN).
 
-Timing: after an output error the daemon waits 30 s x 2^(attempts-1) before retrying
-(daemon/supervisor.py, `_complete_current`); these tests wait for that first 30 s retry.
+Timing: after an output error the daemon waits `worker.output_retry_seconds` x
+2^(attempts-1) before retrying; the tests' config sets 5 s (30 s by default), and the tests
+wait for those retries.
 """
 
 from __future__ import annotations
