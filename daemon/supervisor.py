@@ -339,7 +339,9 @@ class Supervisor:
         w = self.cfg.worker
         if self.docs_this_worker >= w.recycle_after_documents:
             return True
-        return self.rss > w.max_rss_mb * 1024 * 1024
+        # Only a worker that has done something: one over the limit from its start (a model
+        # bigger than max_rss_mb) would otherwise be replaced forever without taking a job.
+        return self.docs_this_worker > 0 and self.rss > w.max_rss_mb * 1024 * 1024
 
     # -- messages ---------------------------------------------------------------------
 

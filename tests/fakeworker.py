@@ -25,15 +25,19 @@ from daemon.protocol import (
     Ready,
     Request,
     Stop,
+    Unavailable,
 )
 
 
 class FakeWorker:
     """Quacks like the `BaseProcess` the supervisor holds; the test plays its other end."""
 
-    def __init__(self, conn: Connection, pages: Callable[[int], int]) -> None:
+    def __init__(self, conn: Connection, pages: Callable[[int], int], engine: str = "fake",
+                 unavailable: bool = False) -> None:
         self.conn = conn
         self.pages = pages  # job id -> page count its document has
+        self.engine = engine
+        self.unavailable = unavailable  # the engine "cannot load": Unavailable, then exit
         self.pid: int | None = None  # no real process: nothing for psutil to measure
         self.exitcode: int | None = None
         self.alive = False
@@ -46,7 +50,11 @@ class FakeWorker:
 
     def start(self) -> None:
         self.alive = True
-        self.send(Ready(EngineInfo(name="fake")))
+        if self.unavailable:
+            self.send(Unavailable("test engine says its weights are missing", "make weights"))
+            self.exit(0)
+        else:
+            self.send(Ready(EngineInfo(name=self.engine)))
 
     def is_alive(self) -> bool:
         return self.alive
@@ -125,9 +133,13 @@ class FakeContext:
     """Stands in for `multiprocessing.get_context("spawn")` in `Supervisor(context=...)`."""
 
     def __init__(self, pages: Callable[[int], int] = lambda job_id: 1,
-                 hold: Callable[[Request], bool] = lambda msg: False) -> None:
+                 hold: Callable[[Request], bool] = lambda msg: False,
+                 unavailable: frozenset[str] = frozenset()) -> None:
         self.pages = pages
         self.hold = hold
+        self.unavailable = unavailable  # engine names whose worker cannot load them
+        # The pid the supervisor measures (psutil) for every worker; None: nothing to measure.
+        self.pid: int | None = None
         self.workers: list[FakeWorker] = []
 
     def Pipe(self, duplex: bool = True) -> tuple[Connection, _ChildEnd]:
@@ -136,8 +148,10 @@ class FakeContext:
 
     def Process(self, target: Any, args: tuple[Any, ...], name: str,
                 daemon: bool) -> FakeWorker:
-        worker = FakeWorker(args[0].conn, self.pages)
-        worker.hold = self.hold
+        conn, _cfg, engine = args[:3]
+        worker = FakeWorker(conn.conn, self.pages, engine, engine in self.unavailable)
+        worker.hold = lambda msg: self.hold(msg)  # the context's rule, as it is now
+        worker.pid = self.pid
         self.workers.append(worker)
         return worker
 

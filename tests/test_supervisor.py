@@ -1,14 +1,17 @@
-"""The supervisor driven tick by tick with a made-up clock, against real worker processes.
+"""The supervisor driven tick by tick with a made-up clock.
 
 Deadlines, backoff and recycling are decided from the `now` we pass in, so a "page that
-takes 15 minutes" is one tick at now+901: no test waits for a deadline in real time. The
-only real waiting is for the worker's answers on its pipe.
+takes 15 minutes" is one tick at now+901: no test waits for a deadline in real time.
+
+Most tests tick against a worker the test answers for (tests/fakeworker.py: the real
+pipe and messages, the real store and publisher; only the child process is replaced), so
+when an answer arrives relative to a tick is the test's choice, not a race. The tests at
+the end start real worker processes with the real engine and are marked `integration`.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import time
 from collections.abc import Callable
@@ -22,7 +25,7 @@ from daemon.ingest import Ingestor
 from daemon.protocol import Inspect, ParsePage, Request
 from daemon.publish import Publisher
 from daemon.states import TERMINAL, JobState
-from daemon.store import Store, StoreBusy
+from daemon.store import Job, Store, StoreBusy
 from daemon.supervisor import Phase, Supervisor, exit_reason
 from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf
@@ -74,254 +77,7 @@ def fault_engine(**options: Any) -> dict[str, Any]:
     return {"name": "tests.plugins:FaultEngine", "fallback_engine": None, "options": options}
 
 
-def test_processes_a_document_page_by_page(tmp_path: Path) -> None:
-    cfg, store, sup, clock = setup(tmp_path)
-    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=3)
-    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
-    job = present(store.job(jid))
-    assert job.page_count == 3 and job.pages_done == 3 and job.attempts == 1
-    assert (cfg.outbox / "a" / "a.md").exists()
-    assert (cfg.archive / "a.pdf").exists()
-    assert sup.snapshot().engine.name == "lite"
-    stop(sup, clock)
-
-
-def test_page_deadline_kills_the_worker_and_fails_the_document(tmp_path: Path) -> None:
-    marker = tmp_path / "m"
-    marker.mkdir()
-    cfg, store, sup, clock = setup(
-        tmp_path, engine=fault_engine(fault="hang", marker_dir=str(marker)),
-        limits={"page_timeout_seconds": 900},
-        worker={"heartbeat_timeout_seconds": 5000},
-    )
-    jid = queue_pdf(cfg, store, clock, "slow.pdf")
-    drive(sup, clock, lambda: any(marker.iterdir()))  # the worker is inside the hung page
-    pid = present(sup.proc).pid
-    clock.now += 899  # not yet
-    sup.tick(clock.now)
-    assert sup.proc is not None and sup.proc.pid == pid
-    clock.now += 2
-    sup.tick(clock.now)
-    job = present(store.job(jid))
-    assert job.state == JobState.FAILED and job.error_kind == "timeout"
-    assert "page 1 took longer than limits.page_timeout_seconds (900 s)" in present(job.error)
-    assert (cfg.failed / "slow.pdf.error.json").exists()
-    # the next document gets a fresh worker (the hang fault fired its one time)
-    jid2 = queue_pdf(cfg, store, clock, "next.pdf")
-    drive(sup, clock, lambda: present(store.job(jid2)).state == JobState.DONE)
-    stop(sup, clock)
-
-
-def test_crash_backoff_and_give_up_after_max_attempts(tmp_path: Path) -> None:
-    marker = tmp_path / "m"
-    marker.mkdir()
-    cfg, store, sup, clock = setup(
-        tmp_path, engine=fault_engine(fault="crash", times=5, marker_dir=str(marker)),
-        worker={"max_attempts": 3, "restart_backoff_seconds": 10,
-                "restart_backoff_max_seconds": 15},
-    )
-    jid = queue_pdf(cfg, store, clock, "poison.pdf")
-    drive(sup, clock, lambda: present(store.job(jid)).crashes == 1)
-    assert sup.phase == Phase.DOWN and sup.restart_at == clock.now + 10
-    sup.tick(clock.now + 9)
-    assert sup.proc is None  # still backing off
-    clock.now += 10
-    drive(sup, clock, lambda: present(store.job(jid)).crashes == 2)
-    assert sup.restart_at == clock.now + 15  # doubled, capped by restart_backoff_max
-    clock.now += 15
-    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.FAILED)
-    job = present(store.job(jid))
-    assert job.error_kind == "crashed" and job.crashes == 3
-    assert "exited with status 77" in present(job.error) and "3 times" in present(job.error)
-    stop(sup, clock)
-
-
-def test_fallback_engine_when_the_configured_one_cannot_load(tmp_path: Path) -> None:
-    engine = fault_engine(fault="unavailable")
-    engine["fallback_engine"] = "lite"
-    cfg, store, sup, clock = setup(tmp_path, engine=engine)
-    jid = queue_pdf(cfg, store, clock, "a.pdf")
-    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
-    assert sup.engine_name == "lite"
-    assert "weights are missing" in (sup.fallback_reason or "")
-    assert present(store.job(jid)).engine == "lite"
-    stop(sup, clock)
-
-
-def test_no_fallback_is_fatal_with_the_hint(tmp_path: Path) -> None:
-    _, _, sup, clock = setup(tmp_path, engine=fault_engine(fault="unavailable"))
-    drive(sup, clock, lambda: sup.phase == Phase.FATAL)
-    assert "weights are missing" in (sup.fatal_message or "")
-    assert sup.fatal_hint == "make weights"
-
-
-def test_worker_is_recycled_after_n_documents(tmp_path: Path) -> None:
-    cfg, store, sup, clock = setup(tmp_path, worker={"recycle_after_documents": 1})
-    a = queue_pdf(cfg, store, clock, "a.pdf")
-    drive(sup, clock, lambda: present(store.job(a)).state == JobState.DONE)
-    first = sup.proc.pid if sup.proc else None
-    b = queue_pdf(cfg, store, clock, "b.pdf")
-    drive(sup, clock, lambda: present(store.job(b)).state == JobState.DONE)
-    assert sup.proc is not None and sup.proc.pid != first
-    assert sup.consecutive_failures == 0
-    stop(sup, clock)
-
-
-def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(tmp_path: Path) -> None:
-    marker = tmp_path / "m"
-    marker.mkdir()
-    cfg, store, sup, clock = setup(
-        tmp_path, engine=fault_engine(fault="hog", hog_mb=700, marker_dir=str(marker)),
-        worker={"max_rss_mb": 600},
-    )
-    jid = queue_pdf(cfg, store, clock, "big.pdf", pages=3)
-    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
-    job = present(store.job(jid))
-    assert job.pages_done == 3 and job.crashes == 0
-    assert sup.restarts >= 1  # recycled after the page that grew past max_rss_mb
-    stop(sup, clock)
-
-
-def test_heartbeat_timeout_counts_as_a_crash(tmp_path: Path) -> None:
-    _, _, sup, clock = setup(tmp_path, worker={"heartbeat_timeout_seconds": 30})
-    drive(sup, clock, lambda: sup.phase == Phase.IDLE)
-    assert sup.proc is not None and sup.conn is not None
-    # Really silence the worker (a frozen process, as a wedged NFS read would leave it):
-    # moving the made-up clock alone races the real heartbeat thread, whose next message
-    # would count as a fresh heartbeat at the new time.
-    os.kill(present(sup.proc.pid), signal.SIGSTOP)
-    while sup.conn.poll(0.2):  # heartbeats already on the pipe arrive at the old time
-        sup.tick(clock.now)
-    clock.now += 29
-    sup.tick(clock.now)
-    assert sup.proc is not None  # not yet
-    clock.now += 2
-    sup.tick(clock.now)
-    assert sup.proc is None and sup.consecutive_failures == 1
-    assert sup.phase == Phase.DOWN
-
-
-def test_exit_reasons_are_plain_words() -> None:
-    assert "out-of-memory" in exit_reason(-9)
-    assert "SIGSEGV" in exit_reason(-11)
-    assert exit_reason(3) == "exited with status 3"
-
-
-@pytest.mark.parametrize("stop_mid_page", [True])
-def test_stop_lets_the_page_finish_then_requeues(tmp_path: Path, stop_mid_page: bool) -> None:
-    cfg, store, sup, clock = setup(
-        tmp_path, engine=fault_engine(fault="slow", slow_seconds=1.0)
-    )
-    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=3)
-    drive(sup, clock, lambda: sup.current is not None and sup.current.page_idx is not None)
-    sup.request_stop(clock.now)
-    drive(sup, clock, lambda: sup.stopped)
-    job = present(store.job(jid))
-    assert job.state == JobState.QUEUED and job.pages_done >= 1 and job.crashes == 0
-
-
-def test_a_page_finished_while_the_database_is_locked_is_recorded_after(
-    tmp_path: Path,
-) -> None:
-    cfg, store, sup, clock = setup(tmp_path, engine=fault_engine(fault="slow", slow_seconds=0.5))
-    store.conn.execute("PRAGMA busy_timeout=100")  # instead of 60 s: the test ticks fast
-    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=2)
-    drive(sup, clock, lambda: sup.current is not None and sup.current.page_idx == 0)
-    # Another process takes the write lock while page 1 is being parsed ...
-    other = sqlite3.connect(str(cfg.db_path), isolation_level=None)
-    other.execute("BEGIN EXCLUSIVE")
-    busy = 0
-    end = time.monotonic() + 60
-    while busy < 3:  # ... and holds it over several ticks after the page is done
-        assert time.monotonic() < end, "the page never finished"
-        try:
-            sup.tick(clock.now)
-        except StoreBusy:
-            busy += 1
-        if sup.conn is not None:
-            sup.conn.poll(0.05)
-    assert sup.pending is not None  # the finished page waits, it is not dropped
-    other.execute("COMMIT")
-    other.close()
-    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
-    job = present(store.job(jid))
-    assert job.pages_done == 2 and job.crashes == 0 and job.error is None
-    # each page recorded once: the replay did not count the page twice
-    assert store.counters()["pages_total"] == 2
-    assert sup.pending is None
-    stop(sup, clock)
-
-
-def test_an_internal_error_fails_the_document_not_the_daemon(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from daemon.app import Daemon
-    from daemon.config import check_paths
-
-    cfg = load_config(write_config(tmp_path))
-    assert check_paths(cfg) == []
-    clock = Clock()
-    d = Daemon(cfg, wall=clock)
-
-    def broken(self: Publisher, job: Any, engine: Any) -> str:  # a bug in our own code
-        raise RuntimeError("boom")
-
-    monkeypatch.setattr(Publisher, "complete", broken)
-    d.start(clock.now)
-    assert d.store is not None and d.supervisor is not None
-    store, sup = d.store, d.supervisor
-
-    def run_until(cond: Callable[[], bool]) -> None:
-        end = time.monotonic() + 90
-        while not cond():
-            assert time.monotonic() < end, f"gave up; phase={sup.phase}"
-            d.loop(clock.now)  # must not raise
-            if sup.conn is not None:
-                sup.conn.poll(0.05)
-
-    try:
-        a = queue_pdf(cfg, store, clock, "a.pdf")
-        run_until(lambda: present(store.job(a)).state == JobState.FAILED)
-        job = present(store.job(a))
-        assert job.error_kind == "engine_error"
-        assert "internal error in docinbox: RuntimeError: boom" in present(job.error)
-        assert (cfg.failed / "a.pdf.error.json").exists()
-        monkeypatch.undo()  # the bug is fixed; the daemon was never down
-        b = queue_pdf(cfg, store, clock, "b.pdf")
-        run_until(lambda: present(store.job(b)).state == JobState.DONE)
-    finally:
-        sup.request_stop(clock.now)
-        run_until(lambda: sup.stopped)
-        d.close()
-
-
-def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> None:
-    import errno
-
-    cfg, _, sup, _ = setup(tmp_path)
-    inbox = cfg.inboxes[0].path
-    # deleting the original out of a read-only inbox (an inbox missing from systemd's
-    # ReadWritePaths=): only one end is known
-    gone = OSError(errno.EROFS, "Read-only file system", str(inbox / "a.pdf"))
-    assert sup._folder_of(gone) == f"the inbox ({inbox})"
-    # a rename names both ends; with both writable, the destination is named
-    both = OSError(errno.ENOSPC, "No space left on device", str(inbox / "a.pdf"), None,
-                   str(cfg.archive / "a.pdf"))
-    assert sup._folder_of(both) == f"the archive ({cfg.archive})"
-    assert sup._folder_of(OSError(errno.EIO, "I/O error")) == f"the outbox ({cfg.outbox})"
-
-
-def test_a_state_folder_open_to_others_is_made_private_at_start(tmp_path: Path) -> None:
-    from daemon.app import tighten_state_dir
-
-    state = tmp_path / "state"
-    state.mkdir(mode=0o755)
-    state.chmod(0o755)
-    tighten_state_dir(state)
-    assert state.stat().st_mode & 0o777 == 0o700
-
-
-# ------------------------------------------------------------------ stopping, every way
+# ------------------------------------------------------------------ a worker the test answers for
 
 
 class FlakyPublisher(Publisher):
@@ -342,8 +98,9 @@ class Bench:
     not a busy database fails the document in progress (`internal_error`).
     """
 
-    def __init__(self, tmp_path: Path, pages: dict[int, int], hold: Callable[[Request], bool],
-                 **overrides: Any) -> None:
+    def __init__(self, tmp_path: Path, pages: dict[int, int] | None = None,
+                 hold: Callable[[Request], bool] = lambda msg: False,
+                 unavailable: frozenset[str] = frozenset(), **overrides: Any) -> None:
         worker = {"heartbeat_timeout_seconds": 10_000, **overrides.pop("worker", {})}
         self.cfg = load_config(write_config(tmp_path, worker=worker, **overrides))
         from daemon.config import check_paths
@@ -352,19 +109,33 @@ class Bench:
         self.store = Store(self.cfg.db_path)
         self.clock = Clock()
         self.publisher = FlakyPublisher(self.cfg, self.store, self.clock)
-        self.pages = pages
+        self.pages = {} if pages is None else pages
         self.hold = hold
+        self.unavailable = unavailable
         self.restart()
 
     def restart(self) -> None:
         """A fresh supervisor on the same store, as after the daemon's next start."""
-        self.ctx = FakeContext(lambda job_id: self.pages.get(job_id, 1), self.hold)
+        self.ctx = FakeContext(lambda job_id: self.pages.get(job_id, 1),
+                               lambda msg: self.hold(msg), self.unavailable)
         self.sup = Supervisor(self.cfg, self.store, self.publisher, wall=self.clock,
                               context=self.ctx)
 
     @property
     def worker(self) -> FakeWorker:
         return self.ctx.worker
+
+    def queue(self, name: str, pages: int = 1) -> int:
+        job_id = queue_pdf(self.cfg, self.store, self.clock, name, pages)
+        self.pages[job_id] = pages
+        return job_id
+
+    def job(self, job_id: int) -> Job:
+        return present(self.store.job(job_id))
+
+    def held(self) -> bool:
+        """Whether the live worker holds a request the test has not answered."""
+        return bool(self.ctx.workers) and self.worker.alive and bool(self.worker.held)
 
     def step(self) -> None:
         try:
@@ -400,6 +171,183 @@ class Bench:
                 assert self.sup.stopped, f"worker exited, supervisor still {self.sup.phase}"
                 return
         assert self.sup.stopped, f"not stopped; phase={self.sup.phase}"
+
+
+def test_page_deadline_kills_the_worker_and_fails_the_document(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage),
+                  limits={"page_timeout_seconds": 900})
+    jid = bench.queue("slow.pdf")
+    bench.step_until(bench.held)  # the page is in the engine and stays there
+    hung = bench.worker
+    bench.clock.now += 899  # not yet
+    bench.step()
+    assert hung.alive
+    bench.clock.now += 2
+    bench.step()
+    assert not hung.alive and hung.exitcode == -9
+    job = bench.job(jid)
+    assert job.state == JobState.FAILED and job.error_kind == "timeout"
+    assert "page 1 took longer than limits.page_timeout_seconds (900 s)" in present(job.error)
+    assert (bench.cfg.failed / "slow.pdf.error.json").exists()
+    # the next document gets a fresh worker
+    bench.hold = lambda msg: False
+    jid2 = bench.queue("next.pdf")
+    bench.step_until(lambda: bench.job(jid2).state == JobState.DONE)
+    assert len(bench.ctx.workers) == 2
+
+
+def test_crash_backoff_and_give_up_after_max_attempts(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage),
+                  worker={"max_attempts": 3, "restart_backoff_seconds": 10,
+                          "restart_backoff_max_seconds": 15})
+    jid = bench.queue("poison.pdf")
+    sup, clock = bench.sup, bench.clock
+
+    def crash_on_the_page(crashes: int) -> None:
+        bench.step_until(bench.held)
+        bench.worker.take()
+        bench.worker.exit(77)
+        bench.step_until(lambda: bench.job(jid).crashes == crashes)
+
+    crash_on_the_page(1)
+    assert sup.phase == Phase.DOWN and sup.restart_at == clock.now + 10
+    bench.clock.now += 9
+    bench.step()
+    assert sup.proc is None and len(bench.ctx.workers) == 1  # still backing off
+    clock.now += 1
+    crash_on_the_page(2)
+    assert sup.restart_at == clock.now + 15  # doubled, capped by restart_backoff_max
+    clock.now += 15
+    crash_on_the_page(3)
+    job = bench.job(jid)
+    assert job.state == JobState.FAILED and job.error_kind == "crashed"
+    assert "exited with status 77" in present(job.error) and "3 times" in present(job.error)
+
+
+def test_fallback_engine_when_the_configured_one_cannot_load(tmp_path: Path) -> None:
+    engine = fault_engine(fault="unavailable")
+    engine["fallback_engine"] = "lite"
+    bench = Bench(tmp_path, unavailable=frozenset({engine["name"]}), engine=engine)
+    jid = bench.queue("a.pdf")
+    bench.step_until(lambda: bench.job(jid).state == JobState.DONE)
+    assert bench.sup.engine_name == "lite"
+    assert "weights are missing" in (bench.sup.fallback_reason or "")
+    assert bench.job(jid).engine == "lite"
+    assert [w.engine for w in bench.ctx.workers] == [engine["name"], "lite"]
+
+
+def test_no_fallback_is_fatal_with_the_hint(tmp_path: Path) -> None:
+    engine = fault_engine(fault="unavailable")
+    bench = Bench(tmp_path, unavailable=frozenset({engine["name"]}), engine=engine)
+    bench.step_until(lambda: bench.sup.phase == Phase.FATAL)
+    assert "weights are missing" in (bench.sup.fatal_message or "")
+    assert bench.sup.fatal_hint == "make weights"
+    assert len(bench.ctx.workers) == 1
+
+
+def test_worker_is_recycled_after_n_documents(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, worker={"recycle_after_documents": 1})
+    a = bench.queue("a.pdf")
+    bench.step_until(lambda: bench.job(a).state == JobState.DONE)
+    first = bench.worker
+    b = bench.queue("b.pdf")
+    bench.step_until(lambda: bench.job(b).state == JobState.DONE)
+    assert bench.worker is not first and first.exitcode == 0  # told to stop, not killed
+    assert bench.worker.page_requests(b) == [0] and first.page_requests(b) == []
+    assert bench.sup.consecutive_failures == 0
+
+
+def test_a_worker_over_max_rss_from_its_start_still_takes_work(tmp_path: Path) -> None:
+    # The "worker" is measured as this test process (tens of MiB) against a 1 MiB limit: a
+    # model bigger than max_rss_mb. Recycling it before it did anything would loop forever.
+    bench = Bench(tmp_path, worker={"max_rss_mb": 1})
+    bench.ctx.pid = os.getpid()
+    a = bench.queue("a.pdf", pages=2)
+    bench.step_until(lambda: bench.job(a).state == JobState.DONE)
+    # recycled at the page boundary (a fresh worker per page here), each page asked once
+    assert [i for w in bench.ctx.workers for i in w.page_requests(a)] == [0, 1]
+    bench.step()
+    # a worker that did a document and is over the limit is recycled: told to stop
+    assert not bench.worker.alive and bench.worker.exitcode == 0
+
+
+def test_heartbeat_timeout_counts_as_a_crash(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, worker={"heartbeat_timeout_seconds": 30})
+    bench.step_until(lambda: bench.sup.phase == Phase.IDLE)
+    silent = bench.worker  # sends no heartbeats: a wedged process
+    bench.clock.now += 29
+    bench.step()
+    assert silent.alive  # not yet
+    bench.clock.now += 2
+    bench.step()
+    assert not silent.alive and silent.exitcode == -9
+    assert bench.sup.proc is None and bench.sup.consecutive_failures == 1
+    assert bench.sup.phase == Phase.DOWN
+
+
+def test_a_page_finished_while_the_database_is_locked_is_recorded_after(
+    tmp_path: Path,
+) -> None:
+    bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage) and msg.page_idx == 0)
+    store, sup = bench.store, bench.sup
+    store.conn.execute("PRAGMA busy_timeout=100")  # instead of 60 s: the test ticks fast
+    jid = bench.queue("a.pdf", pages=2)
+    bench.step_until(bench.held)
+    # Another process holds the write lock when page 1's answer arrives ...
+    other = sqlite3.connect(str(bench.cfg.db_path), isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    bench.worker.answer(bench.worker.take())
+    for _ in range(3):  # ... and over several ticks after it
+        with pytest.raises(StoreBusy):
+            sup.tick(bench.clock.now)
+    assert sup.pending is not None  # the finished page waits, it is not dropped
+    other.execute("COMMIT")
+    other.close()
+    bench.step_until(lambda: bench.job(jid).state == JobState.DONE)
+    job = bench.job(jid)
+    assert job.pages_done == 2 and job.crashes == 0 and job.error is None
+    # each page recorded once: the replay did not count the page twice
+    assert store.counters()["pages_total"] == 2
+    assert sup.pending is None
+    assert bench.worker.page_requests(jid) == [0, 1]
+
+
+# ------------------------------------------------------------------ no worker at all
+
+
+def test_exit_reasons_are_plain_words() -> None:
+    assert "out-of-memory" in exit_reason(-9)
+    assert "SIGSEGV" in exit_reason(-11)
+    assert exit_reason(3) == "exited with status 3"
+
+
+def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> None:
+    import errno
+
+    cfg, _, sup, _ = setup(tmp_path)
+    inbox = cfg.inboxes[0].path
+    # deleting the original out of a read-only inbox (an inbox missing from systemd's
+    # ReadWritePaths=): only one end is known
+    gone = OSError(errno.EROFS, "Read-only file system", str(inbox / "a.pdf"))
+    assert sup._folder_of(gone) == f"the inbox ({inbox})"
+    # a rename names both ends; with both writable, the destination is named
+    both = OSError(errno.ENOSPC, "No space left on device", str(inbox / "a.pdf"), None,
+                   str(cfg.archive / "a.pdf"))
+    assert sup._folder_of(both) == f"the archive ({cfg.archive})"
+    assert sup._folder_of(OSError(errno.EIO, "I/O error")) == f"the outbox ({cfg.outbox})"
+
+
+def test_a_state_folder_open_to_others_is_made_private_at_start(tmp_path: Path) -> None:
+    from daemon.app import tighten_state_dir
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    tighten_state_dir(state)
+    assert state.stat().st_mode & 0o777 == 0o700
+
+
+# ------------------------------------------------------------------ stopping, every way
 
 
 def _end_done(b: Bench, req: Request) -> None:
@@ -540,6 +488,98 @@ def test_each_page_request_names_the_pages_that_come_next(tmp_path: Path) -> Non
     assert asked == [(0, (2, 4)), (2, (4,)), (4, ())]
     first = next(m for m in bench.worker.seen if isinstance(m, ParsePage))
     assert first.options == bench.sup._page_options(present(bench.store.job(a)))
+
+
+# ------------------------------------------------------------------ real worker processes
+
+
+@pytest.mark.integration
+def test_processes_a_document_page_by_page(tmp_path: Path) -> None:
+    cfg, store, sup, clock = setup(tmp_path)
+    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=3)
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
+    job = present(store.job(jid))
+    assert job.page_count == 3 and job.pages_done == 3 and job.attempts == 1
+    assert (cfg.outbox / "a" / "a.md").exists()
+    assert (cfg.archive / "a.pdf").exists()
+    assert sup.snapshot().engine.name == "lite"
+    stop(sup, clock)
+
+
+
+@pytest.mark.integration
+def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(tmp_path: Path) -> None:
+    marker = tmp_path / "m"
+    marker.mkdir()
+    cfg, store, sup, clock = setup(
+        tmp_path, engine=fault_engine(fault="hog", hog_mb=700, marker_dir=str(marker)),
+        worker={"max_rss_mb": 600},
+    )
+    jid = queue_pdf(cfg, store, clock, "big.pdf", pages=3)
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
+    job = present(store.job(jid))
+    assert job.pages_done == 3 and job.crashes == 0
+    assert sup.restarts >= 1  # recycled after the page that grew past max_rss_mb
+    stop(sup, clock)
+
+
+
+@pytest.mark.integration
+def test_stop_lets_the_page_finish_then_requeues(tmp_path: Path) -> None:
+    cfg, store, sup, clock = setup(
+        tmp_path, engine=fault_engine(fault="slow", slow_seconds=1.0)
+    )
+    jid = queue_pdf(cfg, store, clock, "a.pdf", pages=3)
+    drive(sup, clock, lambda: sup.current is not None and sup.current.page_idx is not None)
+    sup.request_stop(clock.now)
+    drive(sup, clock, lambda: sup.stopped)
+    job = present(store.job(jid))
+    assert job.state == JobState.QUEUED and job.pages_done >= 1 and job.crashes == 0
+
+
+
+@pytest.mark.integration
+def test_an_internal_error_fails_the_document_not_the_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.app import Daemon
+    from daemon.config import check_paths
+
+    cfg = load_config(write_config(tmp_path))
+    assert check_paths(cfg) == []
+    clock = Clock()
+    d = Daemon(cfg, wall=clock)
+
+    def broken(self: Publisher, job: Any, engine: Any) -> str:  # a bug in our own code
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(Publisher, "complete", broken)
+    d.start(clock.now)
+    assert d.store is not None and d.supervisor is not None
+    store, sup = d.store, d.supervisor
+
+    def run_until(cond: Callable[[], bool]) -> None:
+        end = time.monotonic() + 90
+        while not cond():
+            assert time.monotonic() < end, f"gave up; phase={sup.phase}"
+            d.loop(clock.now)  # must not raise
+            if sup.conn is not None:
+                sup.conn.poll(0.05)
+
+    try:
+        a = queue_pdf(cfg, store, clock, "a.pdf")
+        run_until(lambda: present(store.job(a)).state == JobState.FAILED)
+        job = present(store.job(a))
+        assert job.error_kind == "engine_error"
+        assert "internal error in docinbox: RuntimeError: boom" in present(job.error)
+        assert (cfg.failed / "a.pdf.error.json").exists()
+        monkeypatch.undo()  # the bug is fixed; the daemon was never down
+        b = queue_pdf(cfg, store, clock, "b.pdf")
+        run_until(lambda: present(store.job(b)).state == JobState.DONE)
+    finally:
+        sup.request_stop(clock.now)
+        run_until(lambda: sup.stopped)
+        d.close()
 
 
 @pytest.mark.integration
