@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import REPO, DaemonProc, wait_for
 from tests.docgen import make_scanned_pdf
-from tests.llama_server import MODEL_ID, LlamaServer, free_port, server_binary
+from tests.llama_server import MODEL_ID, LlamaServer, SlotWatcher, free_port, server_binary
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +88,7 @@ def test_server_killed_mid_document_and_restarted_completes_it_once(
     restarted: LlamaServer | None = None
     try:
         d = daemon_factory(engine=http_engine(server.url, max_in_flight=2)).start()
-        make_scanned_pdf(tmp_path / "inbox" / "long.pdf", [[f"page {i}"] for i in range(8)])
+        make_scanned_pdf(tmp_path / "inbox" / "long.pdf", [[f"page {i}"] for i in range(12)])
         wait_for(lambda: d.jobs() and pages_of(d, d.jobs()[0]["id"]), 120, "a first page", d.proc)
         server.kill()
         done_before = len(pages_of(d, d.jobs()[0]["id"]))
@@ -96,8 +96,8 @@ def test_server_killed_mid_document_and_restarted_completes_it_once(
         (job,) = d.wait_settled(1, timeout=240)
         assert job["state"] == "done", d.output()
         assert job["attempts"] == 1  # no crash, no requeue: the retries rode it out
-        assert pages_of(d, job["id"]) == list(range(8))
-        assert done_before < 8, "the server died after the document had finished"
+        assert pages_of(d, job["id"]) == list(range(12))
+        assert done_before < 12, "the server died after the document had finished"
         assert len(d.outputs()) == 1
         assert "retry" in d.output()  # the retries are in the log
         d.stop()
@@ -150,14 +150,17 @@ def test_server_gone_for_longer_than_the_retries_hands_the_document_to_the_fallb
     server = LlamaServer(tmp_path, parallel=2).start()
     restarted: LlamaServer | None = None
     try:
-        engine = http_engine(server.url, retries=1, retry_backoff_seconds=0.2, reprobe_seconds=1)
+        # One page in flight: the pipeline must not finish the document before the kill.
+        engine = http_engine(
+            server.url, max_in_flight=1, retries=1, retry_backoff_seconds=0.2, reprobe_seconds=1
+        )
         d = daemon_factory(engine=engine).start()
-        make_scanned_pdf(tmp_path / "inbox" / "doc.pdf", [[f"page {i}"] for i in range(8)])
+        make_scanned_pdf(tmp_path / "inbox" / "doc.pdf", [[f"page {i}"] for i in range(12)])
         wait_for(lambda: d.jobs() and pages_of(d, d.jobs()[0]["id"]), 120, "a first page", d.proc)
         server.kill()
         (job,) = d.wait_settled(1, timeout=240)
         assert job["state"] == "done", d.output()
-        assert pages_of(d, job["id"]) == list(range(8))
+        assert pages_of(d, job["id"]) == list(range(12))
         (md,) = d.outputs()
         meta = d.meta(md)
         assert meta["engine"]["engines_used_per_page"] == ["lite", "mineru"]
@@ -173,3 +176,23 @@ def test_server_gone_for_longer_than_the_retries_hands_the_document_to_the_fallb
         server.stop()
         if restarted is not None:
             restarted.stop()
+
+
+def test_pages_of_a_document_are_in_flight_at_the_server_together(
+    daemon_factory: Callable[..., DaemonProc], tmp_path: Path
+) -> None:
+    """The worker's page pipeline runs up to max_pages_in_flight pages of one document at
+    once for runtime http: the server's own /slots shows several requests at once, while
+    pages still commit in order, each once."""
+    server = LlamaServer(tmp_path, parallel=4).start()
+    try:
+        d = daemon_factory(engine=http_engine(server.url, max_in_flight=4)).start()
+        with SlotWatcher(server) as watcher:
+            make_scanned_pdf(tmp_path / "inbox" / "many.pdf", [[f"p{i}"] for i in range(8)])
+            (job,) = d.wait_settled(1, timeout=240)
+        assert job["state"] == "done", d.output()
+        assert pages_of(d, job["id"]) == list(range(8))
+        assert watcher.peak >= 2, "the server never had two requests at once"
+        d.stop()
+    finally:
+        server.stop()
