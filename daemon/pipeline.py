@@ -7,7 +7,9 @@ next page to be rendered (a second or more at 200 DPI). So, within one document:
 
 - an engine that takes one page at a time (`max_pages_in_flight` 1, every in-process
   engine) parses in the worker's main thread while ONE background thread renders the next
-  lookahead page: at most one page ahead, so memory holds two pages at most;
+  lookahead page and reads its PDF text layer (`textlayer.read_ahead`: the engine's own
+  `pdf_text_layer` call then costs nothing): at most one page ahead, so memory holds two
+  pages at most;
 - an engine that declares `max_pages_in_flight` k > 1 (a remote inference server, whose
   batching wants many requests) gets up to k pages parsed at once, each in its own thread
   (render, then `parse_page`); its `parse_page` must be thread-safe.
@@ -131,6 +133,14 @@ class PagePipeline:
         """Discard everything worked on ahead; running threads finish into nothing."""
         self.closed = True
         self.slots.clear()
+        if self._wants_text_layer():
+            from daemon import textlayer
+
+            textlayer.forget_ahead()
+
+    def _wants_text_layer(self) -> bool:
+        # What the engines read with `textlayer.pdf_text_layer` when the option lets them.
+        return self.doc.kind == "pdf" and self.options.text_layer == "auto"
 
     @property
     def ahead(self) -> list[int]:
@@ -226,6 +236,10 @@ class PagePipeline:
     def _work(self, slot: _Slot) -> None:
         try:
             slot.page = self._render(slot.page_idx)
+            if not slot.parse and not self.closed and self._wants_text_layer():
+                from daemon import textlayer
+
+                textlayer.read_ahead(self.path, self.doc.password, slot.page_idx)
             if slot.parse and not self.closed:
                 slot.idle_seconds = self.busy.enter()
                 try:

@@ -11,6 +11,7 @@ import ctypes
 import math
 import re
 import statistics
+import threading
 import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -65,12 +66,45 @@ class _Char:
     bold: bool
 
 
+# Text layers the worker read ahead of time (daemon.pipeline, while the engine worked on the
+# page before), keyed by file and page; each is handed out once, to the engine's own call.
+_AHEAD: dict[tuple[Path, int], list[TextLine]] = {}
+_AHEAD_LOCK = threading.Lock()
+
+
+def read_ahead(path: Path, password: str | None, page_idx: int) -> None:
+    """Read a page's text layer now, so the engine's `pdf_text_layer` call for it is free.
+
+    Errors are left for the engine's own call to raise, in the page's turn.
+    """
+    try:
+        lines = _read_text_layer(path, password, page_idx)
+    except (DocumentError, OSError):
+        return
+    with _AHEAD_LOCK:
+        _AHEAD[(path, page_idx)] = lines
+
+
+def forget_ahead() -> None:
+    """Drop whatever was read ahead (a new document, a stop)."""
+    with _AHEAD_LOCK:
+        _AHEAD.clear()
+
+
 def pdf_text_layer(path: Path, password: str | None, page_idx: int) -> list[TextLine]:
     """The text lines of one PDF page, in the order the PDF draws them.
 
     Reading order is the producer's content order, which for most born-digital files is
     reading order within a column; engines sort blocks themselves.
     """
+    with _AHEAD_LOCK:
+        lines = _AHEAD.pop((path, page_idx), None)
+    if lines is not None:
+        return lines
+    return _read_text_layer(path, password, page_idx)
+
+
+def _read_text_layer(path: Path, password: str | None, page_idx: int) -> list[TextLine]:
     with PDFIUM_LOCK:
         doc = open_known_pdf(path, password)
         try:

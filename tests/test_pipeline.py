@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon import raster, sniff
+from daemon import raster, sniff, textlayer
 from daemon.config import Config, load_config
 from daemon.engines import create_engine
 from daemon.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
@@ -150,11 +150,13 @@ def test_one_page_at_a_time_renders_the_next_page_while_the_engine_works(
     assert renders[0] == threading.current_thread().name  # nothing was ahead yet
     assert renders[1] != threading.current_thread().name  # rendered in the background
     assert 2 not in renders and pipe.ahead == [1]  # one page ahead, no more
+    assert wait_until(lambda: (pdf, 1) in textlayer._AHEAD)  # its text layer read too
     assert first.info["idle_seconds"] is None  # the first page has no gap before it
     assert first.info["engine_seconds"] > 0
 
     second = ask(pipe, pdf, options, 1, (2,))
     assert "wombat page 1" in text_of(second)
+    assert (pdf, 1) not in textlayer._AHEAD  # the engine's own call took it
     assert isinstance(second.info["idle_seconds"], float) and second.info["idle_seconds"] >= 0
     third = ask(pipe, pdf, options, 2, ())
     assert "wombat page 2" in text_of(third)
