@@ -206,6 +206,8 @@ def render_status(st: Status) -> str:
         if cur.page:
             now_line += f", page {cur.page}/{cur.pages}"
         now_line += page_step(cur.stage, cur.block)
+        if cur.pages_in_flight > 1:
+            now_line += f" ({cur.pages_in_flight} pages in flight)"
         out.append(now_line)
     q = st.queue
     if q is None:

@@ -109,6 +109,8 @@ class CurrentDoc:
     pages: int | None
     block: tuple[int, int] | None
     stage: str | None
+    # Pages of the document in the engine at once (engines with max_pages_in_flight > 1).
+    pages_in_flight: int = 1
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -118,6 +120,7 @@ class CurrentDoc:
             "pages": self.pages,
             "block": list(self.block) if self.block else None,
             "stage": self.stage,
+            "pages_in_flight": self.pages_in_flight,
         }
 
     @classmethod
@@ -138,6 +141,7 @@ class CurrentDoc:
             pages=_int(d.get("pages")),
             block=pair,
             stage=_str(d.get("stage")),
+            pages_in_flight=_int(d.get("pages_in_flight")) or 1,
         )
 
 

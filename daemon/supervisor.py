@@ -258,6 +258,7 @@ class Supervisor:
                 pages=cur.page_count,
                 block=cur.block,
                 stage=cur.stage,
+                pages_in_flight=cur.pages_in_flight,
             ),
         )
 

@@ -22,7 +22,8 @@ import pytest
 
 from daemon.config import Config, load_config
 from daemon.ingest import Ingestor
-from daemon.protocol import Inspect, ParsePage, Request
+from daemon.live import CurrentDoc
+from daemon.protocol import Inspect, ParsePage, Progress, Request
 from daemon.publish import Publisher
 from daemon.states import TERMINAL, JobState
 from daemon.store import Job, Store, StoreBusy
@@ -580,6 +581,20 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
         sup.request_stop(clock.now)
         run_until(lambda: sup.stopped)
         d.close()
+
+
+def test_progress_shows_the_asked_page_and_how_many_are_in_flight(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage))
+    a = bench.queue("a.pdf", pages=3)
+    bench.step_until(bench.held)
+    req = bench.worker.held[0]
+    assert isinstance(req, ParsePage) and req.page_idx == 0
+    bench.worker.send(Progress(a, 1, 9, 10, "block", pages_in_flight=3))  # a page ahead
+    bench.worker.send(Progress(a, 0, 2, 17, "block", pages_in_flight=3))
+    bench.step()
+    cur = present(bench.sup.snapshot().current)
+    assert (cur.page, cur.block, cur.stage, cur.pages_in_flight) == (1, (2, 17), "block", 3)
+    assert CurrentDoc.from_json(cur.to_json()) == cur
 
 
 @pytest.mark.integration
