@@ -19,6 +19,15 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def absolute(importer: str, path: Path, module: str | None, level: int) -> str:
+    """The absolute name `from <level dots><module> import ...` refers to in `importer`."""
+    if level == 0:
+        return module or ""
+    package = importer.split(".") if path.name == "__init__.py" else importer.split(".")[:-1]
+    base = package[: len(package) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
 def import_graph() -> dict[str, set[str]]:
     files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
@@ -26,8 +35,9 @@ def import_graph() -> dict[str, set[str]]:
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             targets: list[str] = []
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            if isinstance(node, ast.ImportFrom):
+                base = absolute(name, path, node.module, node.level)
+                targets = [base] + [f"{base}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             deps.update(t for t in targets if t in files and t != name)
@@ -64,6 +74,18 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
             if found:
                 return found
     return None
+
+
+def test_relative_imports_count() -> None:
+    # `from .mineru_model import X` inside daemon/engines/mineru.py is an edge too.
+    mineru = PACKAGE / "engines" / "mineru.py"
+    init = PACKAGE / "engines" / "__init__.py"
+    assert absolute("daemon.engines.mineru", mineru, "mineru_model", 1) == (
+        "daemon.engines.mineru_model")
+    assert absolute("daemon.engines", init, "lite", 1) == "daemon.engines.lite"
+    assert absolute("daemon.engines.mineru", mineru, "page", 2) == "daemon.page"
+    assert absolute("daemon.engines.mineru", mineru, None, 2) == "daemon"
+    assert absolute("daemon.cli", PACKAGE / "cli.py", "daemon.store", 0) == "daemon.store"
 
 
 def test_the_checker_finds_a_cycle() -> None:

