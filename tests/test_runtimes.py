@@ -369,3 +369,16 @@ def test_bad_runtime_keys_are_reported_with_their_paths(tmp_path: Path) -> None:
     for key in ("engine.runtime", "engine.http.server_url", "engine.http.max_in_flight",
                 "engine.llama_cpp.parallel"):
         assert key in out.stderr
+
+
+def test_progress_carries_the_pages_in_flight() -> None:
+    """`status` reads the document in progress back from the runtime table: the number of
+    pages in flight (runtime http) survives that trip; older rows without it read as 1."""
+    from daemon.live import CurrentDoc
+
+    doc = CurrentDoc(job_id=7, path="/in/a.pdf", page=3, pages=12, block=(1, 4),
+                     stage="block", pages_in_flight=4)
+    assert CurrentDoc.from_json(json.loads(json.dumps(doc.to_json()))) == doc
+    old = {k: v for k, v in doc.to_json().items() if k != "pages_in_flight"}
+    back = CurrentDoc.from_json(old)
+    assert back is not None and back.pages_in_flight == 1
