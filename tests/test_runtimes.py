@@ -164,6 +164,13 @@ def test_server_down_at_start_is_unavailable_in_seconds() -> None:
     assert not probe_server(EngineHttpConfig(server_url=url)).reachable
 
 
+def test_http_without_a_server_url_says_which_key_to_set() -> None:
+    with pytest.raises(EngineUnavailable) as err:
+        MinerUEngine(EngineConfig(runtime="http")).load()
+    assert "engine.http.server_url" in err.value.message
+    assert "engine.http.server_url" in err.value.hint
+
+
 def test_wrong_model_name_names_the_servers_models(server: LlamaServer) -> None:
     with pytest.raises(EngineUnavailable) as err:
         http_engine(server.url, model_name="MinerU2.5-2509-1.2B").load()

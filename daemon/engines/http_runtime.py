@@ -267,6 +267,11 @@ class HttpRuntime:
     def __init__(self, settings: EngineHttpConfig, client_options: dict[str, Any]) -> None:
         if settings.max_in_flight < 1:
             raise ValueError("engine.http.max_in_flight must be at least 1")
+        if not settings.server_url:
+            raise EngineUnavailable(
+                "engine.runtime is http but engine.http.server_url is not set",
+                hint="set engine.http.server_url to the MinerU server (docs/scale-out.md)",
+            )
         probe = probe_server(settings)
         if not probe.reachable or probe.error:
             raise EngineUnavailable(
