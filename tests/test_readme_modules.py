@@ -1,0 +1,68 @@
+"""README's module table matches the tree: every module has a row, every row names a file.
+
+The table is where a newcomer looks for the home of a new config key, status field, worker
+message or output file; a module missing from it is a module nobody finds, and a row naming
+a file that was split or renamed sends the reader nowhere.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "daemon"
+HEADER = "| module | what it owns |"
+
+
+def table_rows() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    assert HEADER in text, "README has no module table"
+    rows = []
+    for line in text.split(HEADER, 1)[1].splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    return rows
+
+
+def named_paths(rows: list[str]) -> set[str]:
+    """The `daemon/...` paths in each row's first cell."""
+    names: set[str] = set()
+    for row in rows:
+        first = row.split("|")[1]
+        names.update(re.findall(r"`(daemon/[^`]*)`", first))
+    return names
+
+
+def expected_paths() -> set[str]:
+    """Every module by its file, a subpackage's `__init__.py` by its folder."""
+    wanted = set()
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(REPO).as_posix()
+        if path.name == "__init__.py" and path.parent != PACKAGE:
+            rel = rel.removesuffix("__init__.py")
+        wanted.add(rel)
+    return wanted
+
+
+def test_every_module_has_a_row() -> None:
+    missing = sorted(expected_paths() - named_paths(table_rows()))
+    assert missing == [], "add a row to README's module table"
+
+
+def test_every_row_names_something_that_exists() -> None:
+    rows = table_rows()
+    assert len(rows) > 10
+    for row in rows:
+        assert re.findall(r"`(daemon/[^`]*)`", row.split("|")[1]), row
+    gone = sorted(p for p in named_paths(rows) if not (REPO / p).exists())
+    assert gone == []
+
+
+def test_the_table_says_where_new_things_go() -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    where = text.split("Where a new", 1)[1].split("\n\n", 1)[0]
+    for thing in ("config key", "status field", "worker message", "output file"):
+        assert thing in where, thing
+    assert set(re.findall(r"`(daemon/[^`]*)`", where)) <= named_paths(table_rows())
