@@ -10,8 +10,8 @@ parser that checks a value (and words its problem), the YAML key when it differs
 relations (`at_least=`, `differs_from=`, a section's `check=`). Loading, problems,
 `check-config --show` (`redacted_dict`), the README table (`readme_table`) and the page
 options (`page_options_for`) are all derived from these declarations; the machinery is in
-`daemon/config_schema.py`, reading the file in `daemon/config_yaml.py`, folder checks in
-`daemon/folders.py`.
+`daemon/config_schema.py`, the value parsers in `daemon/config_values.py`, reading the
+file in `daemon/config_yaml.py`, folder checks in `daemon/folders.py`.
 
 Loading rules:
 - `yaml.safe_load`; unknown keys are errors; every problem is collected and reported at
