@@ -116,7 +116,7 @@ class PageDone:
     job_id: int
     page_idx: int
     blocks: tuple[Block, ...]
-    info: dict[str, Any] = field(default_factory=dict)  # facts for meta.json
+    info: dict[str, object] = field(default_factory=dict)  # facts for meta.json
     seconds: float = 0.0  # from the request to the answer
     crops: tuple[Crop, ...] = ()  # JPEGs of the page's figures (daemon.crops)
     model_output: dict[str, Any] | None = None  # the model's raw answers (<stem>_model.json)

@@ -29,7 +29,6 @@ import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,6 +73,41 @@ class Outcomes(Protocol):
     def failed(self, job: Job, kind: str, message: str) -> None:
         """Move the original to failed/ with its error file."""
         ...
+
+
+class WorkerProcess(Protocol):
+    """What the supervisor uses of the worker's process (multiprocessing's Process)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def kill(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _ChildEnd(Protocol):
+    def close(self) -> None: ...
+
+
+class ProcessContext(Protocol):
+    """Where worker processes come from: multiprocessing's spawn context; tests pass one
+    that hands out a worker they answer for (tests/fakeworker.py)."""
+
+    def Pipe(self, duplex: bool = True) -> tuple[Connection, _ChildEnd]: ...
+
+    def Process(
+        self, target: Callable[..., object], args: tuple[object, ...], name: str, daemon: bool
+    ) -> WorkerProcess: ...
 
 
 class Phase(str, enum.Enum):
@@ -130,18 +164,18 @@ class Supervisor:
         outcomes: Outcomes,
         *,
         wall: Callable[[], float],
-        context: Any = None,
+        context: ProcessContext | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
         self.outcomes = outcomes
         self.wall = wall
-        self.ctx = context or multiprocessing.get_context("spawn")
+        self.ctx: ProcessContext = context or multiprocessing.get_context("spawn")
         self.engine_name = cfg.engine.name
         self.engine_info: dict[str, Any] = {}
         self.fallback_reason: str | None = None
         self.phase = Phase.DOWN
-        self.proc: BaseProcess | None = None
+        self.proc: WorkerProcess | None = None
         self.conn: Connection | None = None
         self.current: Current | None = None
         self.restart_at = 0.0
