@@ -14,6 +14,10 @@ another process while the daemon writes):
 - Every job state change goes through `daemon.states.check_transition`.
 - Timestamps are wall-clock seconds passed in by the caller (`now`), never read here, so
   tests drive time.
+
+One module although it is long: it is one concept, the database, and keeping every SQL
+statement (the schema and its migrations included) here is the rule that lets a reader
+see every query that touches a table, and every column a migration adds, in one file.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import sqlite_utils
 
@@ -366,14 +370,23 @@ class Store:
         row = c.execute(self._JOB_SELECT + " WHERE jobs.id = ?", (job_id,)).fetchone()
         return Job.from_row(dict(row)) if row else None
 
-    def _set_state(self, c: sqlite3.Connection, job_id: int, new: JobState, **fields: Any) -> Job:
+    def _set_state(
+        self,
+        c: sqlite3.Connection,
+        job_id: int,
+        new: JobState,
+        *,
+        count: Literal["attempts", "crashes"] | None = None,
+        **fields: Any,
+    ) -> Job:
+        """Move a job to `new` (legal moves only), set `fields`, add one to `count`."""
         job = self._job(c, job_id)
         if job is None:
             raise KeyError(job_id)
         check_transition(job_id, job.state, new)
         fields["state"] = new.value
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        c.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+        sets = [f"{k} = ?" for k in fields] + ([f"{count} = {count} + 1"] if count else [])
+        c.execute(f"UPDATE jobs SET {', '.join(sets)} WHERE id = ?", (*fields.values(), job_id))
         updated = self._job(c, job_id)
         assert updated is not None
         return updated
@@ -486,17 +499,10 @@ class Store:
 
     def start_job(self, job_id: int, now: float, engine: str) -> Job:
         with self.tx() as c:
-            job = self._set_state(
-                c,
-                job_id,
-                JobState.RUNNING,
-                started_at=now,
-                engine=engine,
-                error=None,
-                error_kind=None,
+            return self._set_state(
+                c, job_id, JobState.RUNNING, count="attempts",
+                started_at=now, engine=engine, error=None, error_kind=None,
             )
-            c.execute("UPDATE jobs SET attempts = attempts + 1 WHERE id = ?", (job_id,))
-            return self._job(c, job_id) or job
 
     def set_page_count(self, job_id: int, page_count: int) -> None:
         with self.tx() as c:
@@ -572,31 +578,21 @@ class Store:
         return {int(r[0]) for r in rows}
 
     def finish_job(self, job_id: int, now: float, output_dir: str, seconds: float) -> Job:
-        with self.tx() as c:
-            job = self._set_state(
-                c,
-                job_id,
-                JobState.DONE,
-                finished_at=now,
-                output_dir=output_dir,
-                seconds=seconds,
-                not_before=0,
-            )
-            self._bump(c, "documents_done_total")
-            return job
+        return self._settle(
+            job_id, now, JobState.DONE, "documents_done_total", output_dir=output_dir,
+            seconds=seconds,
+        )
 
     def fail_job(self, job_id: int, now: float, kind: str, error: str) -> Job:
+        return self._settle(
+            job_id, now, JobState.FAILED, "documents_failed_total", error_kind=kind, error=error
+        )
+
+    def _settle(self, job_id: int, now: float, end: JobState, counter: str, **fields: Any) -> Job:
+        """A job reaches `done` or `failed`, and that outcome's counter moves with it."""
         with self.tx() as c:
-            job = self._set_state(
-                c,
-                job_id,
-                JobState.FAILED,
-                finished_at=now,
-                error_kind=kind,
-                error=error,
-                not_before=0,
-            )
-            self._bump(c, "documents_failed_total")
+            job = self._set_state(c, job_id, end, finished_at=now, not_before=0, **fields)
+            self._bump(c, counter)
             return job
 
     def requeue(
@@ -612,17 +608,12 @@ class Store:
         """Back to the queue: after a worker crash, a daemon stop, or a transient error."""
         with self.tx() as c:
             job = self._set_state(
-                c,
-                job_id,
-                JobState.QUEUED,
-                not_before=not_before,
-                error_kind=error_kind,
-                error=error,
+                c, job_id, JobState.QUEUED, count="crashes" if crashed else None,
+                not_before=not_before, error_kind=error_kind, error=error,
             )
             if crashed:
-                c.execute("UPDATE jobs SET crashes = crashes + 1 WHERE id = ?", (job_id,))
                 self._bump(c, "worker_crashes_total")
-            return self._job(c, job_id) or job
+            return job
 
     def recover_running(self, now: float) -> list[int]:
         """At start: jobs a killed daemon left `running` go back to the queue.
