@@ -403,16 +403,7 @@ def cmd_model(args: argparse.Namespace) -> int:
                 precision=cfg.engine.precision if cfg else "auto",
                 threads=cfg.engine.threads if cfg else 0,
             )
-            print(
-                json.dumps(info, indent=2, default=str)
-                if args.json
-                else "\n".join(f"{k}: {v}" for k, v in info.items())
-            )
-            if not info["available"] or info.get("loads") is False:
-                print(f"docinbox: {info['error']}", file=sys.stderr)
-                if info.get("hint"):
-                    print(f"fix: {info['hint']}", file=sys.stderr)
-                return ExitCode.ENGINE_UNAVAILABLE
+            return _print_model_info(info, as_json=args.json)
     except model.ModelError as exc:
         print(f"docinbox: {exc.message}", file=sys.stderr)
         if exc.hint:
@@ -436,10 +427,16 @@ def _model_runtime(args: argparse.Namespace, engine: EngineConfig, model_id: str
         main, mmproj = model.pull_gguf(model_id, engine.llama_cpp)
         print(f"{model_id}: GGUF pair for llama.cpp:\n  model:  {main}\n  mmproj: {mmproj}")
         return ExitCode.OK
-    info = model.runtime_info(engine, model_id, try_load=not args.no_load)
+    return _print_model_info(
+        model.runtime_info(engine, model_id, try_load=not args.no_load), as_json=args.json
+    )
+
+
+def _print_model_info(info: dict[str, Any], *, as_json: bool) -> int:
+    """`model info`'s report, whatever the runtime; a model missing or not loading fails."""
     print(
         json.dumps(info, indent=2, default=str)
-        if args.json
+        if as_json
         else "\n".join(f"{k}: {v}" for k, v in info.items())
     )
     if not info["available"] or info.get("loads") is False:
