@@ -24,6 +24,7 @@ from daemon.sniff import (
     PDFIUM_LOCK,
     DocumentInfo,
     check_pixels,
+    load_page,
     open_image,
     open_known_pdf,
     regular_file,
@@ -98,12 +99,7 @@ def _render_pdf_page(
     with PDFIUM_LOCK:  # pdftoppm below runs outside it: another process
         doc = open_known_pdf(path, info.password)
         try:
-            try:
-                page = doc[page_idx]
-            except pdfium.PdfiumError as exc:
-                raise DocumentError(
-                    FailureKind.CORRUPT, f"page {page_idx + 1} does not load ({exc})"
-                ) from exc
+            page = load_page(doc, page_idx)
             # get_size() is the displayed size: /Rotate 90 pages report width and height
             # swapped.
             size_pt = page.get_size()

@@ -214,11 +214,7 @@ def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> Do
     size = regular_file(path).st_size
     if size == 0:
         raise DocumentError(FailureKind.EMPTY, "the file is empty (0 bytes)")
-    if size > limits.max_file_bytes:
-        raise DocumentError(
-            FailureKind.TOO_LARGE,
-            f"file is {size:,} bytes, over limits.max_file_size = {limits.max_file_bytes:,}",
-        )
+    at_most("file is", size, "bytes", "max_file_size", limits.max_file_bytes)
     try:
         with path.open("rb") as fh:
             head = fh.read(_PDF_HEADER_WINDOW)
@@ -300,19 +296,10 @@ def _inspect_pdf_locked(
         pages = len(doc)
         if pages == 0:
             raise DocumentError(FailureKind.CORRUPT, "the PDF has no pages")
-        if pages > limits.max_pages:
-            raise DocumentError(
-                FailureKind.TOO_LARGE,
-                f"PDF has {pages:,} pages, over limits.max_pages = {limits.max_pages:,}",
-            )
+        at_most("PDF has", pages, "pages", "max_pages", limits.max_pages)
         # PDFium repairs broken cross-reference tables on open, so a damaged file can open
         # and still have no loadable page; trying the first one catches most of those.
-        try:
-            doc[0].close()
-        except pdfium.PdfiumError as exc:
-            raise DocumentError(
-                FailureKind.CORRUPT, f"the PDF cannot be read: page 1 does not load ({exc})"
-            ) from exc
+        load_page(doc, 0).close()
     finally:
         doc.close()
     return DocumentInfo(kind="pdf", format="PDF", page_count=pages, password=password)
@@ -419,12 +406,16 @@ def _inspect_image(path: Path, fmt: str, limits: LimitsConfig) -> DocumentInfo:
         # Decode now so truncation is reported before any engine time is spent. Pillow's
         # LOAD_TRUNCATED_IMAGES stays off: a silently grey half-page would be worse.
         im.load()
-    if pages > limits.max_pages:
-        raise DocumentError(
-            FailureKind.TOO_LARGE,
-            f"image has {pages:,} pages, over limits.max_pages = {limits.max_pages:,}",
-        )
+    at_most("image has", pages, "pages", "max_pages", limits.max_pages)
     return DocumentInfo(kind="image", format=fmt, page_count=pages)
+
+
+def at_most(what: str, count: int, unit: str, key: str, limit: int) -> None:
+    """Refuse a document over one of the `limits` keys (too_large), naming the key to raise."""
+    if count > limit:
+        raise DocumentError(
+            FailureKind.TOO_LARGE, f"{what} {count:,} {unit}, over limits.{key} = {limit:,}"
+        )
 
 
 def open_known_pdf(path: Path, password: str | None) -> pdfium.PdfDocument:
@@ -436,3 +427,14 @@ def open_known_pdf(path: Path, password: str | None) -> pdfium.PdfDocument:
         raise DocumentError(FailureKind.CORRUPT, pdfium_reason(exc)) from exc
     except FileNotFoundError as exc:
         raise DocumentError(FailureKind.VANISHED, "the file disappeared") from exc
+
+
+def load_page(doc: pdfium.PdfDocument, page_idx: int) -> pdfium.PdfPage:
+    """Page `page_idx` of an open PDF; a page PDFium cannot load makes the PDF corrupt."""
+    try:
+        return doc[page_idx]
+    except pdfium.PdfiumError as exc:
+        raise DocumentError(
+            FailureKind.CORRUPT,
+            f"the PDF cannot be read: page {page_idx + 1} does not load ({exc})",
+        ) from exc

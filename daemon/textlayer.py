@@ -22,7 +22,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from daemon.errors import DocumentError, FailureKind
-from daemon.sniff import PDFIUM_LOCK, open_known_pdf
+from daemon.sniff import PDFIUM_LOCK, load_page, open_known_pdf
 
 
 @dataclass(frozen=True)
@@ -108,15 +108,15 @@ def _read_text_layer(path: Path, password: str | None, page_idx: int) -> list[Te
     with PDFIUM_LOCK:
         doc = open_known_pdf(path, password)
         try:
-            page = doc[page_idx]
+            page = load_page(doc, page_idx)
             try:
                 return page_text_lines(page)
+            except pdfium.PdfiumError as exc:
+                raise DocumentError(
+                    FailureKind.CORRUPT, f"text of page {page_idx + 1} cannot be read ({exc})"
+                ) from exc
             finally:
                 page.close()
-        except pdfium.PdfiumError as exc:
-            raise DocumentError(
-                FailureKind.CORRUPT, f"text of page {page_idx + 1} cannot be read ({exc})"
-            ) from exc
         finally:
             doc.close()
 
