@@ -72,29 +72,11 @@ def render_page(
     if not 0 <= page_idx < info.page_count:
         raise IndexError(f"page {page_idx} of a {info.page_count}-page document")
     regular_file(path)
-    if info.kind == "pdf":
-        return _render_pdf_page(
-            info.converted_pdf or path,  # an office document is read from its PDF
-            info,
-            page_idx,
-            dpi=dpi,
-            max_long_side=max_long_side,
-            max_image_pixels=max_image_pixels,
+    if info.kind != "pdf":
+        return _render_image_page(
+            path, info, page_idx, max_long_side=max_long_side, max_image_pixels=max_image_pixels
         )
-    return _render_image_page(
-        path, info, page_idx, max_long_side=max_long_side, max_image_pixels=max_image_pixels
-    )
-
-
-def _render_pdf_page(
-    path: Path,
-    info: DocumentInfo,
-    page_idx: int,
-    *,
-    dpi: int,
-    max_long_side: int,
-    max_image_pixels: int,
-) -> PageInput:
+    path = info.converted_pdf or path  # an office document is read from its PDF
     image: Image.Image | None = None
     with PDFIUM_LOCK:  # pdftoppm below runs outside it: another process
         doc = open_known_pdf(path, info.password)
