@@ -159,6 +159,7 @@ Fault = Callable[[str, int], "tuple[int, dict[str, str], bytes] | str | None"]
 @dataclass
 class ProxyLog:
     requests: list[tuple[float, str, int]] = field(default_factory=list)  # (t, path, status)
+    authorizations: list[str | None] = field(default_factory=list)  # Authorization headers
 
 
 class FaultProxy:
@@ -190,6 +191,7 @@ class FaultProxy:
                 with proxy.lock:
                     n = proxy.count
                     proxy.count += 1
+                    proxy.log.authorizations.append(self.headers.get("Authorization"))
                 action = proxy.fault(self.path, n)
                 if action == "hang":
                     proxy.release.wait(60)

@@ -279,6 +279,23 @@ def test_tls_with_a_private_ca_bundle(server: LlamaServer, tmp_path: Path) -> No
             engine.close()
 
 
+def test_the_api_key_is_sent_and_a_refusal_names_it(server: LlamaServer) -> None:
+    def refuse(path: str, n: int) -> Any:
+        return (401, {}, b'{"error": "bad key"}') if path.endswith("/models") else None
+
+    with FaultProxy(server.url) as proxy:
+        engine = http_engine(proxy.url, api_key="s3cret-key")
+        engine.load()
+        try:
+            assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
+        finally:
+            engine.close()
+    assert set(proxy.log.authorizations) == {"Bearer s3cret-key"}
+    with FaultProxy(server.url, refuse) as proxy, pytest.raises(EngineUnavailable) as err:
+        http_engine(proxy.url, api_key="wrong").load()
+    assert "HTTP 401" in err.value.message and "engine.http.api_key" in err.value.message
+
+
 def test_probe_reports_models_and_health(server: LlamaServer) -> None:
     probe = probe_server(EngineHttpConfig(server_url=server.url + "/v1"))
     assert probe.reachable and probe.healthy and probe.error is None
