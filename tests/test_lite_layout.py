@@ -272,3 +272,13 @@ def test_figure_block_gets_its_crop_named_as_mineru_names_it(
     assert isinstance(pixel, tuple)  # an RGB image's pixel is (r, g, b)
     r, _g, b = pixel[:3]
     assert b > r + 20
+
+
+def test_sideways_margin_stamp_is_aside_text_not_a_heading() -> None:
+    # arXiv prints "arXiv:2206.01062v1 [cs.CV] 2 Jun 2022" up the left margin.
+    body = [L(f"Body line {i} of the paper", 0.15, 0.2 + 0.018 * i, 0.85) for i in range(6)]
+    stamp = _Line(text="arXiv:2206.01062v1 [cs.CV]", bbox=(0.03, 0.3, 0.06, 0.7), size=200.0)
+    laid = compose_page([stamp, *body], [], source=SOURCE_OCR, progress=no_progress,
+                        page_aspect=792 / 612)
+    assert [b.type for b in laid.blocks] == ["text", "aside_text"]
+    assert laid.blocks[-1].text == stamp.text

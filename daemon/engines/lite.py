@@ -50,6 +50,7 @@ from daemon.engines.orientation import (
 from daemon.engines.reading_order import is_rtl, xy_cut
 from daemon.errors import EngineUnavailable
 from daemon.page import (
+    ASIDE_TEXT,
     FOOTER,
     HEADER,
     IMAGE,
@@ -93,6 +94,8 @@ _PAGE_MARGIN = 0.08  # top/bottom share of the page where page numbers live
 _HEADER_ZONE = 0.06
 _FOOTER_ZONE = 0.95
 _FURNITURE_MAX_CHARS = 100
+# Left/right share of the page where sideways margin notes (arXiv's stamp) stand.
+_SIDE_MARGIN = 0.12
 
 # Which orientation detector parse_page uses; both were measured (docs/quality.md).
 ORIENTATION_METHODS = ("ocr", "tiles", "off")
@@ -221,6 +224,7 @@ class LiteEngine:
         lines: list[_Line] | None = None
         regions: list[rg.Region] = []
         angle = 0
+        frame = page.image
         if page.pdf_path is not None and options.text_layer == "auto":
             from daemon.textlayer import pdf_text_layer, text_layer_is_trustworthy
 
@@ -241,6 +245,7 @@ class LiteEngine:
                 info["text_layer"] = "untrusted" if layer else "absent"
         if lines is None:
             lines, orientation, image = self._ocr_upright(page.image)
+            frame = image
             angle = orientation.angle
             info["orientation"] = {
                 "angle": angle,
@@ -251,7 +256,10 @@ class LiteEngine:
                 regions = self._layout.detect(image)
             source = SOURCE_OCR
         info["source"] = source
-        laid = compose_page(lines, regions, source=source, progress=progress)
+        width, height = frame.size  # the frame the line boxes are normalised to
+        laid = compose_page(
+            lines, regions, source=source, progress=progress, page_aspect=height / max(width, 1)
+        )
         blocks = laid.blocks
         if angle:
             # Blocks live in the rendered page's frame: crops are cut from that image.
@@ -463,6 +471,7 @@ def compose_page(
     *,
     source: str,
     progress: ProgressFn,
+    page_aspect: float = 1.0,
 ) -> PageLayout:
     """Blocks in reading order from a page's lines and (for scans) its layout regions.
 
@@ -483,14 +492,21 @@ def compose_page(
         return PageLayout(blocks=[], columns=0, dropped=dict(dropped))
     body = body_size(kept)
     groups, free = _claim(kept, _trusted_regions(regions, kept), dropped)
+    # A line standing on its end on an upright page is marginal text (arXiv's stamp, a
+    # binding note): MinerU's aside_text, not a giant heading.
+    aside = [ln for ln in free if _vertical(ln, page_aspect)]
+    if aside:
+        free = [ln for ln in free if not _vertical(ln, page_aspect)]
+        groups += [_Group(kind=ASIDE_TEXT, bbox=ln.bbox, lines=[ln]) for ln in aside]
     items: list[_Line | _Group] = [*free, *groups]
     rtl = is_rtl([ln.text for ln in kept])
     ordered = xy_cut(items, lambda it: it.bbox, rtl=rtl)
-    # Running heads first and feet last, where a reader skips them.
+    # Running heads first and feet (and margin notes) last, where a reader skips them.
+    tail = (FOOTER, ASIDE_TEXT)
     ordered = (
         [it for it in ordered if isinstance(it, _Group) and it.kind == HEADER]
-        + [it for it in ordered if not (isinstance(it, _Group) and it.kind in (HEADER, FOOTER))]
-        + [it for it in ordered if isinstance(it, _Group) and it.kind == FOOTER]
+        + [it for it in ordered if not (isinstance(it, _Group) and it.kind in (HEADER, *tail))]
+        + [it for it in ordered if isinstance(it, _Group) and it.kind in tail]
     )
     chars = sum(len(ln.text) for ln in kept)
     # Bold only marks headings where most text is not bold.
@@ -522,6 +538,14 @@ def compose_page(
     blocks = [b for b in blocks if b.text.strip() or b.type in (IMAGE, TABLE)]
     columns = 2 if find_gutter(free) is not None else (1 if blocks else 0)
     return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
+
+
+def _vertical(ln: _Line, page_aspect: float) -> bool:
+    """Taller than wide by far, in page units (`page_aspect` = height / width)."""
+    width = ln.bbox[2] - ln.bbox[0]
+    height = (ln.bbox[3] - ln.bbox[1]) * page_aspect
+    in_margin = ln.bbox[2] <= _SIDE_MARGIN or ln.bbox[0] >= 1 - _SIDE_MARGIN
+    return in_margin and len(ln.text) >= 4 and height > 3 * max(width, 1e-9)
 
 
 def _printable(text: str) -> str:
@@ -602,6 +626,8 @@ def _group_block(group: _Group, body: float, source: str) -> Block | None:
     if group.kind in (HEADER, FOOTER):
         kind = PAGE_NUMBER if _is_page_number(text) else group.kind
         return Block(type=kind, bbox=group.bbox, text=text, source=source)
+    if group.kind == ASIDE_TEXT:
+        return Block(type=ASIDE_TEXT, bbox=group.bbox, text=text, source=source)
     size = statistics.median(ln.size for ln in rows)
     level = 1 if body > 0 and size >= _TOP_HEADING_RATIO * body else 2
     return Block(type=TITLE, bbox=group.bbox, text=text, text_level=level, source=source)
