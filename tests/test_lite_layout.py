@@ -282,3 +282,17 @@ def test_sideways_margin_stamp_is_aside_text_not_a_heading() -> None:
                         page_aspect=792 / 612)
     assert [b.type for b in laid.blocks] == ["text", "aside_text"]
     assert laid.blocks[-1].text == stamp.text
+
+
+def test_table_region_keeps_its_ocr_text_row_by_row() -> None:
+    cells = [
+        L("Year", 0.2, 0.40, 0.3), L("Sales", 0.5, 0.40, 0.6),
+        L("2023", 0.2, 0.43, 0.3), L("1,204", 0.5, 0.43, 0.6),
+    ]
+    body = [L("Sales grew again this year, as the table shows.", 0.1, 0.3, 0.9)]
+    table = Region(kind="table", bbox=(0.15, 0.38, 0.65, 0.46), score=0.9)
+    laid = compose_page(body + cells, [table], source=SOURCE_OCR, progress=no_progress)
+    assert [b.type for b in laid.blocks] == ["text", "table"]
+    assert laid.blocks[1].text == "Year | Sales\n2023 | 1,204"
+    assert laid.blocks[1].bbox == table.bbox  # the crop shows the whole table
+    assert laid.blocks[1].html is None  # no cell structure is invented
