@@ -44,9 +44,9 @@ from daemon.config import EngineConfig, LimitsConfig  # noqa: E402
 # editable install of a newer docinbox could otherwise lend it the newer subpackages.
 try:
     from daemon.engines.base import PageOptions, no_progress  # type: ignore[import-not-found]
-    from daemon.output import pages_to_markdown  # type: ignore[attr-defined]
+    from daemon.output import pages_to_markdown  # type: ignore[import-not-found]
     from daemon.render import inspect as inspect_document  # type: ignore[import-not-found]
-    from daemon.render import render_page  # type: ignore[import-not-found]
+    from daemon.render import render_page  # mypy reports a missing module only once
 except ImportError:
     from daemon.formats.markdown import pages_to_markdown
     from daemon.page import PageOptions, no_progress
