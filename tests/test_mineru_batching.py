@@ -125,6 +125,17 @@ def test_rows_are_reported_as_they_finish_not_when_the_batch_ends(engine: MinerU
     assert order == [1, 0]  # the 3-token row first
 
 
+def test_rows_are_grouped_by_the_processors_own_token_count(engine: MinerUEngine) -> None:
+    generator = engine._generator
+    assert generator is not None
+    processor = generator.processor
+    pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    for size in ((28, 28), (300, 40), (2000, 3000), (700, 500)):
+        image = Image.new("RGB", size)
+        ids = processor(text=["<|image_pad|>"], images=[image])["input_ids"][0]
+        assert generator.prompt_tokens(image) == 40 + list(ids).count(pad), size
+
+
 def test_plan_batches_groups_similar_sizes_and_respects_the_limits() -> None:
     sizes = [1000, 60, 70, 1100, 65, 3000, 80]
     assert plan_batches(sizes, batch_size=8) == [[1, 4, 2, 6], [0, 3], [5]]

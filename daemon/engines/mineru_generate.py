@@ -163,13 +163,24 @@ class BatchedGenerator:
         for i, request in enumerate(requests):
             groups.setdefault(self._kwargs_key(request.params), []).append(i)
         for indices in groups.values():
-            sizes = [estimate_prompt_tokens(requests[i].image, self.max_pixels) for i in indices]
+            sizes = [self.prompt_tokens(requests[i].image) for i in indices]
             for batch in plan_batches(sizes, self.batch_size):
                 rows = [indices[b] for b in batch]
                 results = self.generate([requests[i] for i in rows], _remap(on_done, rows))
                 for i, result in zip(rows, results, strict=True):
                     out[i] = result
         return [p for p in out if p is not None]
+
+    def prompt_tokens(self, image: Any) -> int:
+        """A block's prompt length: the processor's own image-token count (after its resize
+        to the pixel budget) + the chat text; the area estimate where it cannot say."""
+        try:
+            width, height = image.size
+            patches = self.processor.image_processor.get_number_of_image_patches(height, width)
+            merge = int(getattr(self.processor.image_processor, "merge_size", 2))
+            return _TEXT_TOKENS + int(patches) // (merge * merge)
+        except (AttributeError, TypeError, ValueError):
+            return estimate_prompt_tokens(image, self.max_pixels)
 
     def _kwargs_key(self, params: Any) -> tuple[tuple[str, Any], ...]:
         kwargs = self.client.build_generate_kwargs(capped(params, 1))
