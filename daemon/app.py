@@ -404,7 +404,9 @@ class Daemon:
                     if self.supervisor.fatal_hint:
                         log.error("fix: %s", self.supervisor.fatal_hint)
                     return ExitCode.ENGINE_UNAVAILABLE
-                time.sleep(TICK_SECONDS)
+                # Wakes early when the worker answers: a finished page is recorded and
+                # the next one asked for at once, not at the next tick (the engine waits).
+                self.supervisor.wait(TICK_SECONDS)
             log.info("stopped cleanly")
             return ExitCode.OK
         finally:

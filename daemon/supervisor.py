@@ -24,8 +24,10 @@ import enum
 import functools
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -264,6 +266,20 @@ class Supervisor:
         if self.proc is not None:
             self._kill()
         self._schedule_restart(now)
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until the worker sends something or `timeout` seconds pass (the real main
+        loop; tests tick instead)."""
+        conn = self.conn
+        if conn is None:
+            time.sleep(timeout)
+            return
+        try:
+            # Also wakes at the pipe's end-of-file: the worker is exiting, and the next
+            # tick reaps it.
+            multiprocessing.connection.wait([conn], timeout)
+        except (OSError, ValueError):  # closed under us: the next tick sees the exit
+            time.sleep(timeout)
 
     @property
     def stopped(self) -> bool:
