@@ -296,3 +296,32 @@ def test_table_region_keeps_its_ocr_text_row_by_row() -> None:
     assert laid.blocks[1].text == "Year | Sales\n2023 | 1,204"
     assert laid.blocks[1].bbox == table.bbox  # the crop shows the whole table
     assert laid.blocks[1].html is None  # no cell structure is invented
+
+
+def test_pdf_rotate_is_applied_before_orientation_is_judged(
+    engine: LiteEngine, tmp_path: Path
+) -> None:
+    # A scanner stored the sheet sideways and set /Rotate 90 so viewers show it upright:
+    # the page is rendered upright, and nothing more is turned.
+    from pypdf import PdfReader, PdfWriter
+
+    from daemon.config import LimitsConfig
+    from daemon.raster import render_page
+    from daemon.sniff import inspect
+
+    lines = ["Quarterly figures for the board", "Revenue rose in every region"]
+    # Stored a quarter turn counter-clockwise ...
+    sideways = docgen.render_text(lines, size=(1400, 700), font_px=44).rotate(90, expand=True)
+    stored = tmp_path / "stored.pdf"
+    sideways.save(stored, "PDF", resolution=150)
+    writer = PdfWriter(clone_from=PdfReader(stored))
+    writer.pages[0].rotate(90)  # ... and /Rotate 90 turns it clockwise for display
+    pdf = tmp_path / "rotated.pdf"
+    with pdf.open("wb") as fh:
+        writer.write(fh)
+    info = inspect(pdf, passwords=(), limits=LimitsConfig())
+    page = render_page(pdf, info, 0, dpi=150, max_long_side=2000, max_image_pixels=10**9)
+    assert page.image.width > page.image.height  # /Rotate applied by the renderer
+    result = engine.parse_page(page, PageOptions(), no_progress)
+    assert result.info["orientation"]["angle"] == 0
+    assert " ".join(b.text for b in result.blocks) == " ".join(lines)
