@@ -91,3 +91,37 @@ def test_docx_is_converted_and_read_from_its_text_layer(docx: Path) -> None:
     office._forget_previous()
     assert not folder.exists()
     assert shutil.which("soffice") is not None
+
+
+def test_parse_converts_a_docx_and_reads_a_heic_photo_end_to_end(
+    docx: Path, tmp_path: Path
+) -> None:
+    """Through the real CLI, worker process and outbox writer."""
+    import os
+    import subprocess
+    import sys
+
+    import pillow_heif
+
+    pillow_heif.register_heif_opener()
+    heic = tmp_path / "receipt.heic"
+    docgen.render_text(["Receipt 0042", "Paid in full"], size=(900, 300), font_px=40).save(
+        heic, "HEIF", quality=90
+    )
+    out = tmp_path / "out"
+    repo = Path(__file__).resolve().parents[1]
+    r = subprocess.run(
+        [sys.executable, "-m", "daemon", "parse", str(docx), str(heic), "-o", str(out),
+         "--engine", "lite"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )
+    assert "Receipt 0042" in (out / "receipt" / "receipt.md").read_text()
+    if office.soffice() is None:
+        assert r.returncode == 1
+        assert "apt-get install libreoffice-writer-nogui" in r.stderr
+    else:
+        assert r.returncode == 0, r.stderr
+        md = (out / "report" / "report.md").read_text()
+        assert md.startswith("# Quarterly Report") and PARAGRAPHS[1] in md
+    assert docx.exists() and heic.exists()  # parse never moves the originals
