@@ -70,6 +70,7 @@ class _Char:
 # page before), keyed by file and page; each is handed out once, to the engine's own call.
 _AHEAD: dict[tuple[Path, int], list[TextLine]] = {}
 _AHEAD_LOCK = threading.Lock()
+_AHEAD_MAX = 4
 
 
 def read_ahead(path: Path, password: str | None, page_idx: int) -> None:
@@ -83,6 +84,8 @@ def read_ahead(path: Path, password: str | None, page_idx: int) -> None:
         return
     with _AHEAD_LOCK:
         _AHEAD[(path, page_idx)] = lines
+        while len(_AHEAD) > _AHEAD_MAX:  # an engine that never asks: keep the newest only
+            del _AHEAD[next(iter(_AHEAD))]
 
 
 def forget_ahead() -> None:
