@@ -240,10 +240,11 @@ class Daemon:
                 # in seconds (the watcher would only report them again on a rescan).
                 for item in ready[i:]:
                     self.retries.add(*item, now)
-                if isinstance(exc, StoreFull):
-                    self._state_full(now, exc)
-                else:
-                    self.db_busy.problem(now, f"database busy ({exc}); new files wait")
+                if not isinstance(exc, StoreFull):
+                    # A lock already cost this tick the busy timeout (60 s): do not spend
+                    # another on the supervisor's writes before the watchdog's next ping.
+                    raise
+                self._state_full(now, exc)  # fails at once; the supervisor goes on
                 return
             except Exception:
                 # One odd file must never stop the daemon; the next rescan retries.
