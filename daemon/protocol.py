@@ -74,6 +74,9 @@ class Ready:
     """The engine is loaded; requests may come."""
 
     engine: EngineInfo
+    # How many pages the engine parses at once (its max_pages_in_flight): the supervisor
+    # names at least that many pages ahead, so they can all be in flight.
+    pages_in_flight: int = 1
 
 
 @dataclass(frozen=True)

@@ -154,9 +154,9 @@ def exit_reason(exitcode: int | None) -> str:
 
 
 class Supervisor:
-    # How many of the document's next pages each page request names, so the worker can
-    # prepare them while the current one is in the engine. Engines that parse several
-    # pages at once use up to their own max_pages_in_flight of them.
+    # How many of the document's next pages each page request names (at least; more when
+    # the engine parses more pages at once), so the worker can prepare them while the
+    # current one is in the engine. 0 switches the pipeline off.
     LOOKAHEAD = 8
 
     def __init__(
@@ -175,6 +175,7 @@ class Supervisor:
         self.ctx: ProcessContext = context or multiprocessing.get_context("spawn")
         self.engine_name = cfg.engine.name
         self.engine_info: dict[str, Any] = {}
+        self.engine_in_flight = 1  # pages the worker's engine parses at once
         self.fallback_reason: str | None = None
         self.phase = Phase.DOWN
         self.proc: WorkerProcess | None = None
@@ -434,8 +435,9 @@ class Supervisor:
             case Heartbeat(peak_rss=peak):
                 self.peak_rss = max(self.peak_rss, peak)
                 return
-            case Ready(engine=engine):
+            case Ready(engine=engine, pages_in_flight=in_flight):
                 self.engine_info = dataclasses.asdict(engine)
+                self.engine_in_flight = in_flight
                 if self.phase == Phase.STARTING:  # a stop sent while it loaded still stands
                     self.phase = Phase.IDLE
                 log.info(
@@ -587,9 +589,14 @@ class Supervisor:
                 cur.job.read_path,
                 cur.page_idx,
                 cur.options,
-                lookahead=tuple(cur.pending[: self.LOOKAHEAD]),
+                lookahead=tuple(cur.pending[: self._lookahead()]),
             )
         )
+
+    def _lookahead(self) -> int:
+        if not self.LOOKAHEAD:
+            return 0  # switched off (bench/bench_pipeline.py)
+        return max(self.LOOKAHEAD, self.engine_in_flight - 1)
 
     def _page_options(self, job: Job) -> PageOptions:
         inbox = next((i for i in self.cfg.inboxes if str(i.path) == job.inbox), None)

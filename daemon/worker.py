@@ -122,6 +122,7 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
 def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> None:
     from daemon import sniff
     from daemon.engines import create_engine
+    from daemon.page import pages_in_flight
     from daemon.pipeline import PagePipeline
 
     try:
@@ -143,7 +144,7 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
             )
         )
         return
-    chan.send(Ready(info))
+    chan.send(Ready(info, pages_in_flight(engine)))
 
     docs: dict[int, sniff.DocumentInfo] = {}
     pipeline: PagePipeline | None = None

@@ -38,6 +38,7 @@ class FakeWorker:
         self.pages = pages  # job id -> page count its document has
         self.engine = engine
         self.unavailable = unavailable  # the engine "cannot load": Unavailable, then exit
+        self.pages_in_flight = 1  # what Ready says the engine parses at once
         self.pid: int | None = None  # no real process: nothing for psutil to measure
         self.exitcode: int | None = None
         self.alive = False
@@ -54,7 +55,7 @@ class FakeWorker:
             self.send(Unavailable("test engine says its weights are missing", "make weights"))
             self.exit(0)
         else:
-            self.send(Ready(EngineInfo(name=self.engine)))
+            self.send(Ready(EngineInfo(name=self.engine), self.pages_in_flight))
 
     def is_alive(self) -> bool:
         return self.alive
@@ -140,6 +141,7 @@ class FakeContext:
         self.unavailable = unavailable  # engine names whose worker cannot load them
         # The pid the supervisor measures (psutil) for every worker; None: nothing to measure.
         self.pid: int | None = None
+        self.pages_in_flight = 1  # what every worker's Ready says
         self.workers: list[FakeWorker] = []
 
     def Pipe(self, duplex: bool = True) -> tuple[Connection, _ChildEnd]:
@@ -152,6 +154,7 @@ class FakeContext:
         worker = FakeWorker(conn.conn, self.pages, engine, engine in self.unavailable)
         worker.hold = lambda msg: self.hold(msg)  # the context's rule, as it is now
         worker.pid = self.pid
+        worker.pages_in_flight = self.pages_in_flight
         self.workers.append(worker)
         return worker
 

@@ -583,6 +583,18 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
         d.close()
 
 
+def test_an_engine_with_many_pages_in_flight_is_told_enough_pages_ahead(
+    tmp_path: Path,
+) -> None:
+    bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage))
+    bench.ctx.pages_in_flight = 12  # a server taking 12 pages at once
+    bench.queue("a.pdf", pages=15)
+    bench.step_until(bench.held)
+    first = bench.worker.take()
+    assert isinstance(first, ParsePage)
+    assert (first.page_idx, first.lookahead) == (0, tuple(range(1, 12)))
+
+
 def test_progress_shows_the_asked_page_and_how_many_are_in_flight(tmp_path: Path) -> None:
     bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage))
     a = bench.queue("a.pdf", pages=3)
