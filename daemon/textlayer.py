@@ -24,6 +24,8 @@ import pypdfium2.raw as pdfium_c
 from daemon.errors import DocumentError, FailureKind
 from daemon.sniff import PDFIUM_LOCK, load_page, open_known_pdf
 
+Box = tuple[float, float, float, float]  # normalised 0..1, origin top-left
+
 
 @dataclass(frozen=True)
 class TextLine:
@@ -118,6 +120,39 @@ def _read_text_layer(path: Path, password: str | None, page_idx: int) -> list[Te
                 raise DocumentError(
                     FailureKind.CORRUPT, f"text of page {page_idx + 1} cannot be read ({exc})"
                 ) from exc
+            finally:
+                page.close()
+        finally:
+            doc.close()
+
+
+def pdf_image_boxes(path: Path, password: str | None, page_idx: int) -> list[Box]:
+    """Boxes of a born-digital page's image objects, normalised to the displayed page
+    (origin top-left, /Rotate applied). Clipping paths are not applied: an image cropped
+    by one counts with its full extent."""
+    with PDFIUM_LOCK:
+        doc = open_known_pdf(path, password)
+        try:
+            page = load_page(doc, page_idx)
+            try:
+                geometry = _PageGeometry.of(page)
+                width, height = geometry.display_size
+                boxes: list[Box] = []
+                for obj in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=4):
+                    left, bottom, right, top = obj.get_bounds()
+                    ax, ay = geometry.to_display(left, bottom)
+                    bx, by = geometry.to_display(right, top)
+                    box = (
+                        _clamp(min(ax, bx) / width),
+                        _clamp(min(ay, by) / height),
+                        _clamp(max(ax, bx) / width),
+                        _clamp(max(ay, by) / height),
+                    )
+                    if box[2] > box[0] and box[3] > box[1]:
+                        boxes.append(box)
+                return boxes
+            except pdfium.PdfiumError:
+                return []  # pictures are extra; the page's text still stands
             finally:
                 page.close()
         finally:

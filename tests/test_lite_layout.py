@@ -325,3 +325,52 @@ def test_pdf_rotate_is_applied_before_orientation_is_judged(
     result = engine.parse_page(page, PageOptions(), no_progress)
     assert result.info["orientation"]["angle"] == 0
     assert " ".join(b.text for b in result.blocks) == " ".join(lines)
+
+
+def test_born_digital_picture_is_an_image_block_without_the_layout_model(
+    engine: LiteEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pypdf import PdfReader, PdfWriter, Transformation
+
+    from daemon.config import LimitsConfig
+    from daemon.crops import finish_page
+    from daemon.raster import render_page
+    from daemon.sniff import inspect
+
+    text = docgen.make_text_pdf(
+        tmp_path / "text.pdf",
+        [["# Annual Report", "Sales grew in every region this year.", "See the chart below."]],
+    )
+    picture = Image.new("RGB", (600, 300), "white")
+    docgen.draw_figure(picture, (0, 0, 599, 299))
+    picture.save(tmp_path / "picture.pdf", "PDF", resolution=100)  # 432 x 216 pt
+    writer = PdfWriter(clone_from=PdfReader(text))
+    writer.pages[0].merge_transformed_page(
+        PdfReader(tmp_path / "picture.pdf").pages[0], Transformation().translate(90, 250)
+    )
+    pdf = tmp_path / "report.pdf"
+    with pdf.open("wb") as fh:
+        writer.write(fh)
+    info = inspect(pdf, passwords=(), limits=LimitsConfig())
+    page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
+    monkeypatch.setattr(engine._layout, "detect", _no_layout_model)
+    result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
+    assert result.info["source"] == SOURCE_TEXT_LAYER
+    assert result.info["regions"] == {"figure": 1}
+    assert [b.type for b in result.blocks] == [TITLE, "text", IMAGE]
+    expected = (90 / 612, (792 - 250 - 216) / 792, (90 + 432) / 612, (792 - 250) / 792)
+    assert result.blocks[-1].bbox == pytest.approx(expected, abs=0.005)
+    assert [c.name for c in result.crops] == ["page_0_image_2.jpg"]
+
+
+def _no_layout_model(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("the layout model ran on a born-digital page")
+
+
+def test_text_layer_leaders_are_kept_and_ocr_noise_is_not() -> None:
+    toc = L("Notices . . . . . . . . . . . . . . vii", 0.1, 0.1, 0.9)
+    text_layer = compose_page([toc], [], source=SOURCE_TEXT_LAYER, progress=no_progress)
+    assert [b.text for b in text_layer.blocks] == [toc.text]
+    ocr = compose_page([toc, L("|||:.-~~", 0.1, 0.2, 0.5)], [], source=SOURCE_OCR,
+                       progress=no_progress)
+    assert [b.text for b in ocr.blocks] == [toc.text] and ocr.dropped == {"noise": 1}

@@ -226,7 +226,11 @@ class LiteEngine:
         angle = 0
         frame = page.image
         if page.pdf_path is not None and options.text_layer == "auto":
-            from daemon.textlayer import pdf_text_layer, text_layer_is_trustworthy
+            from daemon.textlayer import (
+                pdf_image_boxes,
+                pdf_text_layer,
+                text_layer_is_trustworthy,
+            )
 
             layer = pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
             if text_layer_is_trustworthy(layer):
@@ -241,6 +245,13 @@ class LiteEngine:
                     for ln in layer
                 ]
                 source = SOURCE_TEXT_LAYER
+                # Pictures placed in the PDF are figures: image blocks (with their crop),
+                # found for free from the page's own objects, no layout model needed.
+                pictures = pdf_image_boxes(page.pdf_path, page.pdf_password, page.page_idx)
+                regions = [
+                    rg.Region(kind=rg.FIGURE, bbox=box, score=1.0)
+                    for box in figure_boxes(pictures, [ln.bbox for ln in lines])
+                ]
             else:
                 info["text_layer"] = "untrusted" if layer else "absent"
         if lines is None:
@@ -352,6 +363,53 @@ class LiteEngine:
                 )
             )
         return lines
+
+
+def figure_boxes(
+    pictures: Sequence[tuple[float, float, float, float]],
+    text: Sequence[tuple[float, float, float, float]],
+) -> list[tuple[float, float, float, float]]:
+    """Figures from a born-digital page's image objects.
+
+    A figure is often several images side by side; two pieces are one figure when they
+    touch or overlap and the box around both covers no text the pieces do not (so two
+    figures in two columns, or a picture beside a paragraph, stay apart). Tiny images
+    (rules, bullets, small logos: under 1 % of the page) are not figures, and neither is a
+    page-sized one (the scan under an OCR text layer, a background).
+    """
+    gap = 0.01
+    boxes = list(pictures)
+    merged = True
+    while merged:
+        merged = False
+        for i, a in enumerate(boxes):
+            for j in range(i + 1, len(boxes)):
+                b = boxes[j]
+                near = (
+                    a[0] - gap <= b[2]
+                    and b[0] - gap <= a[2]
+                    and a[1] - gap <= b[3]
+                    and b[1] - gap <= a[3]
+                )
+                if not near:
+                    continue
+                both = _union((a, b))
+                # A piece lying inside a figure belongs to it whatever text is near.
+                nested = rg.overlap_share(a, b) >= _INSIDE or rg.overlap_share(b, a) >= _INSIDE
+                covers_text = not nested and any(
+                    rg.overlap_share(t, both) >= _INSIDE
+                    and rg.overlap_share(t, a) < _INSIDE
+                    and rg.overlap_share(t, b) < _INSIDE
+                    for t in text
+                )
+                if not covers_text:
+                    boxes[i] = both
+                    del boxes[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    return [b for b in boxes if 0.01 <= (b[2] - b[0]) * (b[3] - b[1]) <= 0.85]
 
 
 def _turned_back(block: Block, angle: int) -> Block:
@@ -483,7 +541,7 @@ def compose_page(
     kept: list[_Line] = []
     for ln in lines:
         text = _printable(ln.text)
-        if is_noise(text, ln.confidence):
+        if is_noise(text, ln.confidence, recognised=source == SOURCE_OCR):
             dropped["noise"] += 1
         else:
             kept.append(replace(ln, text=text) if text != ln.text else ln)
@@ -589,7 +647,8 @@ def _claim(
             claimed.update(mine)
             if kind == rg.FIGURE:
                 # Labels, axis ticks and photo texture read as text: none of it is prose.
-                dropped["figure"] += len(mine)
+                if mine:
+                    dropped["figure"] += len(mine)
                 groups.append(_Group(kind=IMAGE, bbox=region.bbox, lines=[]))
                 continue
             if not mine and kind != rg.TABLE:
