@@ -374,3 +374,14 @@ def test_text_layer_leaders_are_kept_and_ocr_noise_is_not() -> None:
     ocr = compose_page([toc, L("|||:.-~~", 0.1, 0.2, 0.5)], [], source=SOURCE_OCR,
                        progress=no_progress)
     assert [b.text for b in ocr.blocks] == [toc.text] and ocr.dropped == {"noise": 1}
+
+
+@pytest.mark.parametrize("turn", [0, 90])
+def test_a_picture_without_text_is_never_turned(offline: pytest.MonkeyPatch, turn: int) -> None:
+    # The classifier knows text; on a photo it answers "90" with confidence. Only tiles
+    # that look like print on paper, and only sure answers, vote.
+    from daemon.engines.orientation import TileOrientation
+
+    photo = Image.new("RGB", (1600, 1200), "white")
+    docgen.draw_figure(photo, (0, 0, 1599, 1199))
+    assert TileOrientation().detect(photo.rotate(turn, expand=True)).angle == 0
