@@ -94,8 +94,9 @@ def test_status_page_in_a_real_browser(
     (src / "broken.pdf").write_bytes(b"%PDF-1.4 this is not a real PDF")
     make_text_pdf(src / "hostile.pdf",
                   [["Invoice text <script>document.title='pwned'</script> ends here"]])
-    (src / "minutes.docx").write_bytes(b"PK\x03\x04 not a type docinbox reads")
-    for name in ("broken.pdf", "hostile.pdf", "minutes.docx"):
+    # .docx is read since LibreOffice conversion; a zip archive is not a document type
+    (src / "photos.zip").write_bytes(b"PK\x03\x04 not a type docinbox reads")
+    for name in ("broken.pdf", "hostile.pdf", "photos.zip"):
         os.replace(src / name, inbox / name)
     d.wait_settled(2)
 
@@ -110,7 +111,7 @@ def test_status_page_in_a_real_browser(
 
     wait_for(in_progress, 120, "the long document to be in progress", d.proc)
     wait_for(lambda: any(ib.get("ignored") for ib in d.runtime().get("inboxes") or []), 60,
-             "a rescan to notice the .docx", d.proc)
+             "a rescan to notice the .zip", d.proc)
     html = dom(tmp_path, base + "/")
     now = section(html, "now")
     assert "long report.pdf" in now, now
@@ -119,7 +120,7 @@ def test_status_page_in_a_real_browser(
     assert pages and int(pages.group(1)) == PAGES and int(pages.group(2)) < PAGES
     assert "hostile.pdf" in section(html, "recent")
     ignored = section(html, "queue")
-    assert re.search(r'class="ignored">1: <span class="name">minutes.docx<', ignored), ignored
+    assert re.search(r'class="ignored">1: <span class="name">photos.zip<', ignored), ignored
     failures = section(html, "failures")
     assert "broken.pdf" in failures and "corrupt" in failures
     assert re.search(r"docinbox retry \d+", failures)
