@@ -36,6 +36,11 @@ _BINS = 1000
 # figures, captions) and needs this many elements wholly on each side.
 _MAX_CROSSING_SHARE = 0.1
 _MIN_PER_SIDE = 3
+# A row gap this many median line heights tall separates blocks, not lines.
+_WIDE_GAP_LINES = 1.0
+# A spanning element is at least this share of the node's width; a narrower one crossing
+# the gutter (the middle column of an author block) means there is no gutter there.
+_MIN_SPANNING_WIDTH = 0.5
 # Gutters are looked for away from the node's edges, where indents would pass for one.
 _GUTTER_ZONE = (0.2, 0.8)
 
@@ -118,10 +123,20 @@ def _split_x(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] | None:
 
 
 def _split_y(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] | None:
+    """Rows at blank horizontal strips: the wide ones (more than a line apart) first.
+
+    Cutting only at wide gaps keeps a grid (an author block: names, affiliations, e-mails
+    in three columns) together as one band, which the next level then reads column by
+    column; the narrow gaps between lines come next, within a column.
+    """
     cover, lo, span = _coverage(idx, boxes, 1)
-    cuts = [lo + (a + b) / 2 / _BINS * span for a, b in _gaps(cover == 0) if a > 0 and b < _BINS]
-    if not cuts:
+    gaps = [(a, b) for a, b in _gaps(cover == 0) if a > 0 and b < _BINS]
+    if not gaps:
         return None
+    line = float(np.median([boxes[i][3] - boxes[i][1] for i in idx]))
+    wide = [(a, b) for a, b in gaps if (b - a) / _BINS * span > _WIDE_GAP_LINES * line]
+    chosen = wide if wide and len(wide) < len(gaps) else gaps
+    cuts = [lo + (a + b) / 2 / _BINS * span for a, b in chosen]
     return _partition(idx, [(boxes[i][1] + boxes[i][3]) / 2 for i in idx], cuts)
 
 
@@ -148,6 +163,8 @@ def _split_at_spanning(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] 
         return None
     gutter = lo + (best[0] + best[1]) / 2 / _BINS * span
     spanning = [i for i in idx if boxes[i][0] < gutter < boxes[i][2]]
+    if any(boxes[i][2] - boxes[i][0] < _MIN_SPANNING_WIDTH * span for i in spanning):
+        return None
     rest = [i for i in idx if not boxes[i][0] < gutter < boxes[i][2]]
     left = [i for i in rest if boxes[i][2] <= gutter]
     right = [i for i in rest if boxes[i][0] >= gutter]
