@@ -385,3 +385,15 @@ def test_a_picture_without_text_is_never_turned(offline: pytest.MonkeyPatch, tur
     photo = Image.new("RGB", (1600, 1200), "white")
     docgen.draw_figure(photo, (0, 0, 1599, 1199))
     assert TileOrientation().detect(photo.rotate(turn, expand=True)).angle == 0
+
+
+def test_xy_cut_reads_an_author_grid_author_by_author() -> None:
+    title = L("A Paper Title Across the Page", 0.1, 0.05, 0.9, h=0.03)
+    authors = [
+        L(f"{field} {who}", x, 0.12 + 0.02 * row, x + 0.2)
+        for who, x in (("Ann", 0.1), ("Bob", 0.4), ("Cy", 0.7))
+        for row, field in enumerate(("Name", "Lab", "Mail"))
+    ]
+    body = [L(f"Body line {i}", 0.1, 0.25 + 0.02 * i, 0.9) for i in range(3)]
+    order = [ln.text for ln in xy_cut([*body, *authors[::-1], title], lambda ln: ln.bbox)]
+    assert order == [title.text] + [ln.text for ln in authors] + [ln.text for ln in body]
