@@ -397,3 +397,41 @@ def test_xy_cut_reads_an_author_grid_author_by_author() -> None:
     body = [L(f"Body line {i}", 0.1, 0.25 + 0.02 * i, 0.9) for i in range(3)]
     order = [ln.text for ln in xy_cut([*body, *authors[::-1], title], lambda ln: ln.bbox)]
     assert order == [title.text] + [ln.text for ln in authors] + [ln.text for ln in body]
+
+
+def test_captions_get_mineru_caption_types() -> None:
+    lines = [
+        L("Body text before the figure.", 0.1, 0.1, 0.9),
+        L("Figure 1: A landscape", 0.1, 0.62, 0.5),
+        L("Table 1: Sales by year", 0.1, 0.70, 0.5),
+    ]
+    regions = [
+        Region(kind="figure", bbox=(0.1, 0.2, 0.9, 0.6), score=0.9),
+        Region(kind="figure_caption", bbox=(0.09, 0.61, 0.52, 0.64), score=0.9),
+        Region(kind="table_caption", bbox=(0.09, 0.69, 0.52, 0.72), score=0.9),
+    ]
+    laid = compose_page(lines, regions, source=SOURCE_OCR, progress=no_progress)
+    assert [(b.type, b.text) for b in laid.blocks] == [
+        ("text", "Body text before the figure."),
+        (IMAGE, ""),
+        ("image_caption", "Figure 1: A landscape"),
+        ("table_caption", "Table 1: Sales by year"),
+    ]
+
+
+def test_a_caption_folds_into_its_figure_in_content_list() -> None:
+    from daemon.formats.content_list import content_list
+    from daemon.formats.middle import PageData, build_middle
+
+    lines = [L("Figure 1: A landscape", 0.1, 0.62, 0.5)]
+    regions = [
+        Region(kind="figure", bbox=(0.1, 0.2, 0.9, 0.6), score=0.9),
+        Region(kind="figure_caption", bbox=(0.09, 0.61, 0.52, 0.64), score=0.9),
+    ]
+    blocks = compose_page(lines, regions, source=SOURCE_OCR, progress=no_progress).blocks
+    crop = "page_0_image_0.jpg"
+    page = PageData(page_idx=0, blocks=tuple(blocks), crop_names=frozenset({crop}))
+    entries = content_list(build_middle([page]))
+    assert [e["type"] for e in entries] == ["image"]
+    assert entries[0]["image_caption"] == ["Figure 1: A landscape"]
+    assert entries[0]["img_path"] == f"images/{crop}"

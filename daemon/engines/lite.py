@@ -54,10 +54,12 @@ from daemon.page import (
     FOOTER,
     HEADER,
     IMAGE,
+    IMAGE_CAPTION,
     PAGE_NUMBER,
     SOURCE_OCR,
     SOURCE_TEXT_LAYER,
     TABLE,
+    TABLE_CAPTION,
     TEXT,
     TITLE,
     Block,
@@ -503,12 +505,24 @@ class _Group:
 
 
 # Which region claims a line when regions overlap: the more specific first.
-_CLAIM_ORDER = (rg.FIGURE, rg.TABLE, rg.HEADER, rg.FOOTER, rg.TITLE)
+_CLAIM_ORDER = (
+    rg.FIGURE,
+    rg.TABLE,
+    rg.HEADER,
+    rg.FOOTER,
+    rg.FIGURE_CAPTION,
+    rg.TABLE_CAPTION,
+    rg.TITLE,
+)
+# Captions get MinerU's caption types: the output folds each into the nearest figure or
+# table (image_caption / table_caption lists), or keeps it as a paragraph when none is near.
 _REGION_BLOCK = {
     rg.FIGURE: IMAGE,
     rg.TABLE: TABLE,
     rg.HEADER: HEADER,
     rg.FOOTER: FOOTER,
+    rg.FIGURE_CAPTION: IMAGE_CAPTION,
+    rg.TABLE_CAPTION: TABLE_CAPTION,
     rg.TITLE: TITLE,
 }
 # A line belongs to a region when this much of it lies inside.
@@ -685,8 +699,8 @@ def _group_block(group: _Group, body: float, source: str) -> Block | None:
     if group.kind in (HEADER, FOOTER):
         kind = PAGE_NUMBER if _is_page_number(text) else group.kind
         return Block(type=kind, bbox=group.bbox, text=text, source=source)
-    if group.kind == ASIDE_TEXT:
-        return Block(type=ASIDE_TEXT, bbox=group.bbox, text=text, source=source)
+    if group.kind in (ASIDE_TEXT, IMAGE_CAPTION, TABLE_CAPTION):
+        return Block(type=group.kind, bbox=group.bbox, text=text, source=source)
     size = statistics.median(ln.size for ln in rows)
     level = 1 if body > 0 and size >= _TOP_HEADING_RATIO * body else 2
     return Block(type=TITLE, bbox=group.bbox, text=text, text_level=level, source=source)
