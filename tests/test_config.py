@@ -815,16 +815,25 @@ def test_shipped_config_lists_every_declared_key() -> None:
 
 
 def test_every_secret_is_masked_and_kept_out_of_reprs(tmp_path: Path) -> None:
-    cfg = load_config(minimal(tmp_path, f"passwords: [{SECRET_A!r}]\n"))
+    # Every key declared secret=True gets a value, so a secret added later is covered too.
     secrets = [path for path, s in _declared_keys(Config) if s.secret]
-    assert "passwords" in secrets
+    assert {"passwords", "http.token", "engine.http.api_key"} <= set(secrets)
+    data = yaml.safe_load(minimal(tmp_path).read_text())
+    for path in secrets:
+        *sections, name = path.split(".")
+        node = data
+        for part in sections:
+            node = node.setdefault(part, {})
+        node[name] = [SECRET_A] if name == "passwords" else SECRET_A
+    cfg = load_config(write(tmp_path, yaml.safe_dump(data), "secrets.yaml"))
     shown = redacted_dict(cfg)
     for path in secrets:
-        node: object = shown
+        value: object = shown
         for part in path.split("."):
-            assert isinstance(node, dict)
-            node = node[part]
-        assert node in ("***", ["***"], None, [], "")
+            assert isinstance(value, dict)
+            value = value[part]
+        assert value in ("***", ["***"]), path
+    assert SECRET_A not in yaml.safe_dump(shown)
     assert SECRET_A not in repr(cfg)
 
 
