@@ -15,6 +15,29 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from daemon.config_values import Problem
+from daemon.display import safe_display
+
+
+def folder_in_error(
+    exc: OSError, folders: Sequence[tuple[str, Path]], *, default: tuple[str, Path]
+) -> str:
+    """Which of the named folders an OSError is about, as "the archive (/srv/archive)".
+
+    A failed rename names both ends (filename, filename2) whichever end refused, so where
+    both are known the one that is not writable now is named.
+    """
+    found: list[tuple[str, Path]] = []
+    for filename in (exc.filename2, exc.filename):
+        if not filename:
+            continue
+        path = Path(os.fsdecode(filename))
+        found += [(name, folder) for name, folder in folders
+                  if path == folder or path.is_relative_to(folder)][:1]
+    for name, folder in found:
+        if not os.access(folder, os.W_OK):
+            return f"the {name} ({safe_display(folder)})"
+    name, folder = found[0] if found else default
+    return f"the {name} ({safe_display(folder)})"
 
 
 def real_path(path: Path) -> Path:

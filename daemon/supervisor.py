@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
@@ -40,6 +39,7 @@ from daemon.config import Config, page_options_for, parse_page_range
 from daemon.display import safe_display
 from daemon.engines.http_runtime import display_url
 from daemon.errors import FailureKind
+from daemon.folders import folder_in_error
 from daemon.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.page import PageOptions
 from daemon.protocol import (
@@ -661,33 +661,13 @@ class Supervisor:
         self.phase = Phase.IDLE
 
     def _folder_of(self, exc: OSError) -> str:
-        """Which configured folder an OSError is about, in the user's words.
-
-        A failed rename names both ends (filename, filename2) whichever end refused, so
-        where both are known the one that is not writable now is named.
-        """
-        named = [self._configured_folder(f) for f in (exc.filename2, exc.filename) if f]
-        found = [n for n in named if n is not None]
-        for name, folder in found:
-            if not os.access(folder, os.W_OK):
-                return f"the {name} ({safe_display(folder)})"
-        if found:
-            name, folder = found[0]
-            return f"the {name} ({safe_display(folder)})"
-        return f"the outbox ({safe_display(self.cfg.outbox)})"
-
-    def _configured_folder(self, filename: Any) -> tuple[str, Path] | None:
-        path = Path(os.fsdecode(filename))
-        for name in ("outbox", "archive", "failed"):
-            folder: Path = getattr(self.cfg, name)
-            if path == folder or path.is_relative_to(folder):
-                return name, folder
-        for inbox in self.cfg.inboxes:
-            # Moving or deleting the original out of its inbox: under systemd, an inbox
-            # missing from ReadWritePaths= is read-only (see check-config --systemd).
-            if path == inbox.path or path.is_relative_to(inbox.path):
-                return "inbox", inbox.path
-        return None
+        """Which configured folder an OSError is about, in the user's words."""
+        cfg = self.cfg
+        named = [("outbox", cfg.outbox), ("archive", cfg.archive), ("failed", cfg.failed)]
+        # Moving or deleting the original out of its inbox: under systemd, an inbox
+        # missing from ReadWritePaths= is read-only (see check-config --systemd).
+        named += [("inbox", inbox.path) for inbox in cfg.inboxes]
+        return folder_in_error(exc, named, default=("outbox", cfg.outbox))
 
     def _fail_current(self, kind: str, message: str) -> None:
         cur = self.current
