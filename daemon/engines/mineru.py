@@ -21,6 +21,7 @@ Model loading and precision live in `mineru_model.py`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 import re
@@ -551,32 +552,26 @@ class MinerUEngine:
         per-page state and their predict() may be called from several threads."""
         if self._client is None:
             raise RuntimeError("MinerUEngine.parse_page() before load()")
+        step = functools.partial(
+            run_page,
+            page,
+            options,
+            progress,
+            helper=self._client.helper,
+            prompts=self._client.prompts,
+            sampling_params=self._client.sampling_params,
+            text_layer=self._text_layer,
+        )
         if self._remote is not None:
-            return run_page(
-                page,
-                options,
-                progress,
-                helper=self._client.helper,
-                prompts=self._client.prompts,
-                sampling_params=self._client.sampling_params,
+            return step(
                 predict=self._remote.predict,
-                text_layer=self._text_layer,
                 predict_many=self._concurrent_many if self._pool is not None else None,
             )
         import torch
 
+        # The local model: no autograd bookkeeping, and the batched path for a page's blocks.
         with torch.inference_mode():
-            return run_page(
-                page,
-                options,
-                progress,
-                helper=self._client.helper,
-                prompts=self._client.prompts,
-                sampling_params=self._client.sampling_params,
-                predict=self._predict,
-                text_layer=self._text_layer,
-                predict_many=self._predict_many,
-            )
+            return step(predict=self._predict, predict_many=self._predict_many)
 
     def close(self) -> None:
         if self._pool is not None:
