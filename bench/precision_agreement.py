@@ -34,17 +34,13 @@ def random_checkpoint(folder: Path) -> Path:
     from transformers import Qwen2VLForConditionalGeneration
 
     sys.path.insert(0, str(REPO))
-    from tests.tinymodel import tiny_model_once
+    from tests.tinymodel import randomize_language_model, tiny_model_once
 
     tiny = tiny_model_once(folder / "tiny")
     model: Any = Qwen2VLForConditionalGeneration.from_pretrained(str(tiny), dtype=torch.float32)
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for param in model.model.language_model.parameters():
-            if param.dim() == 2:
-                param.copy_(torch.randn(param.shape, generator=generator) * param.shape[1] ** -0.5)
-        embed = model.model.language_model.embed_tokens.weight
-        embed.copy_(torch.randn(embed.shape, generator=generator))
+        randomize_language_model(model, generator)
         model.lm_head.weight.copy_(torch.randn(model.lm_head.weight.shape, generator=generator))
     out = folder / "random"
     model.save_pretrained(str(out))

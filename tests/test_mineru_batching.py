@@ -25,7 +25,7 @@ from daemon.engines.mineru_generate import (
     plan_batches,
 )
 from daemon.page import PageInput, PageOptions
-from tests.tinymodel import tiny_model_once
+from tests.tinymodel import randomize_language_model, tiny_model_once
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +40,7 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinerUEngine]:
     # and now and then the end-of-turn token wins, so rows end at different steps.
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
-        for param in model.model.language_model.parameters():
-            if param.dim() == 2:
-                param.copy_(torch.randn(param.shape, generator=generator) * param.shape[1] ** -0.5)
-        embed = model.model.language_model.embed_tokens.weight
-        embed.copy_(torch.randn(embed.shape, generator=generator))
+        randomize_language_model(model, generator)
         head = model.lm_head.weight
         head.copy_(torch.randn(head.shape, generator=generator) * 0.125)
         # A random head almost never picks end-of-turn: make it win wherever one token that

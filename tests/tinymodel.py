@@ -233,3 +233,19 @@ def tiny_model_once(folder: Path) -> Path:
         build_tiny_model(folder)
         marker.write_text("ok\n", encoding="utf-8")
     return folder
+
+
+def randomize_language_model(model: Any, generator: Any) -> None:
+    """Give the decoder random weights with the usual 1/sqrt(fan_in) scale, embeddings too.
+
+    The scripted tiny model always answers the same string; with a random decoder its
+    outputs depend on image and prompt, which is what batching and precision checks need.
+    The caller decides the head. Call inside torch.no_grad().
+    """
+    import torch
+
+    for param in model.model.language_model.parameters():
+        if param.dim() == 2:
+            param.copy_(torch.randn(param.shape, generator=generator) * param.shape[1] ** -0.5)
+    embed = model.model.language_model.embed_tokens.weight
+    embed.copy_(torch.randn(embed.shape, generator=generator))
