@@ -21,12 +21,12 @@ from pathlib import Path
 from types import FrameType
 
 from daemon import __version__, outbox
+from daemon.common.display import safe_display
+from daemon.common.errors import ExitCode
+from daemon.common.live import InboxFacts, Live
 from daemon.config import Config, ConfigError, check_paths, http_token, load_config
-from daemon.display import safe_display
-from daemon.errors import ExitCode
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.ingest import Ingestor, IngestRetries
-from daemon.live import InboxFacts, Live
 from daemon.notify import Notifier
 from daemon.publish import Publisher
 from daemon.reminder import Reminder

@@ -1,6 +1,6 @@
 """Command line: `docinbox run|parse|status|list|retry|reprocess|check-config|model`.
 
-Exit codes (daemon.errors.ExitCode): 0 ok; 1 a document failed (`parse`); 2 usage;
+Exit codes (daemon.common.errors.ExitCode): 0 ok; 1 a document failed (`parse`); 2 usage;
 3 no such job; 4 engine unavailable and no fallback; 5 already running; 78 bad config;
 130 interrupted.
 """
@@ -21,6 +21,10 @@ from typing import Any
 import yaml
 
 from daemon import __version__
+from daemon.common.display import safe_display
+from daemon.common.errors import ExitCode
+from daemon.common.live import InboxFacts
+from daemon.common.units import age, gib, mib
 from daemon.config import (
     Config,
     ConfigError,
@@ -31,13 +35,9 @@ from daemon.config import (
     redacted_dict,
     resolve_config_path,
 )
-from daemon.display import safe_display
-from daemon.errors import ExitCode
-from daemon.live import InboxFacts
 from daemon.states import JobState
 from daemon.status import Status, collect
 from daemon.store import Job, Store
-from daemon.units import age, gib, mib
 
 log = logging.getLogger("docinbox")
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from daemon.display import safe_display
+from daemon.common.display import safe_display
 
 # The hidden staging folder of the outbox. Reserved in every folder tree docinbox writes,
 # so that no document's subfolder can ever be mistaken for (or land in) the staging area.

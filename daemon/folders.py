@@ -14,8 +14,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from daemon.common.display import safe_display
 from daemon.config_values import Problem
-from daemon.display import safe_display
 
 
 def folder_in_error(

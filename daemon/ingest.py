@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
 from daemon import originals
+from daemon.common.display import safe_display
+from daemon.common.errors import FailureKind
 from daemon.config import Config, InboxConfig
-from daemon.display import safe_display
-from daemon.errors import FailureKind
 from daemon.store import IngestResult, Store
 
 log = logging.getLogger("docinbox.ingest")

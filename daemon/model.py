@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.common.errors import EngineUnavailable
 from daemon.engines.http_runtime import choose_model, probe_server
 from daemon.engines.llama_cpp_runtime import gguf_pair_for, pair_in_folder, resolve_gguf
 from daemon.engines.mineru_model import (
@@ -25,7 +26,6 @@ from daemon.engines.mineru_model import (
     resolve_weights,
 )
 from daemon.engines.runtime import PRO_MODEL
-from daemon.errors import EngineUnavailable
 
 if TYPE_CHECKING:
     from daemon.config import EngineConfig, LlamaCppConfig
@@ -223,7 +223,7 @@ def runtime_info(engine: EngineConfig, model: str, try_load: bool) -> dict[str, 
         size_bytes=main.stat().st_size + mmproj.stat().st_size,
     )
     if try_load:
-        from daemon.cpus import resolve_threads
+        from daemon.common.cpus import resolve_threads
         from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
 
         threads = resolve_threads(engine.llama_cpp.threads or engine.threads)

@@ -25,7 +25,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from daemon.errors import DocumentError, FailureKind
+from daemon.common.errors import DocumentError, FailureKind
 
 # Conversions of long documents take a while on a small CPU; a hung soffice must not hold the
 # worker until the document deadline.

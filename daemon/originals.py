@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from daemon.common.errors import FailureKind, hint_for
 from daemon.durable import (
     check_subdir,
     ensure_dir,
@@ -26,7 +27,6 @@ from daemon.durable import (
     names_lock,
     write_atomic,
 )
-from daemon.errors import FailureKind, hint_for
 
 _ERROR_SUFFIX = ".error.json"
 

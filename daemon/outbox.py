@@ -32,7 +32,7 @@ import unicodedata
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 
-from daemon.display import safe_display
+from daemon.common.display import safe_display
 from daemon.durable import (
     TMP_DIR_NAME,
     check_subdir,

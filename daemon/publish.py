@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from daemon import __version__, originals, outbox
+from daemon.common.display import safe_display
+from daemon.common.errors import FailureKind
 from daemon.config import Config
-from daemon.display import safe_display
 from daemon.durable import json_bytes
-from daemon.errors import FailureKind
 from daemon.formats.content_list import content_list, content_list_v2
 from daemon.formats.markdown import markdown
 from daemon.formats.meta import document_meta

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pypdfium2 as pdfium
 from PIL import Image, ImageOps
 
-from daemon.errors import DocumentError, FailureKind
+from daemon.common.errors import DocumentError, FailureKind
 from daemon.page import PageInput
 from daemon.sniff import (
     DECODE_ERRORS,

@@ -12,9 +12,9 @@ import logging
 import threading
 from collections.abc import Callable
 
+from daemon.common.errors import EngineUnavailable
 from daemon.config import EngineHttpConfig
 from daemon.engines.http_runtime import ServerProbe, choose_model, probe_server
-from daemon.errors import EngineUnavailable
 
 log = logging.getLogger("docinbox.reprobe")
 

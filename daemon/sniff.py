@@ -23,8 +23,8 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image, UnidentifiedImageError
 
+from daemon.common.errors import DocumentError, FailureKind
 from daemon.config import LimitsConfig
-from daemon.errors import DocumentError, FailureKind
 from daemon.office import OFFICE_FORMATS, convert_to_pdf, office_format
 
 DocKind = Literal["pdf", "image"]

@@ -3,14 +3,14 @@
 Every reader of the daemon's state goes through here: `docinbox status` (text and
 `--json`), `/healthz` (judged by `daemon.health.assess`), `/metrics` (`daemon.metrics`)
 and the HTTP server. A new status fact is added in one place: a field on the dataclass
-below that owns it, filled in `collect` (or in `daemon.live`, when only the running
+below that owns it, filled in `collect` (or in `daemon.common.live`, when only the running
 daemon knows it), and written out by the `to_json` next to it.
 
 Two sources, one shape:
 - The store (SQLite): the queue, counters, recent pages and failures. Read with the
   caller's Store; the HTTP thread opens its own read-only Store per request, because a
   sqlite connection must not cross threads and WAL lets a reader run beside the writer.
-- `Live` (daemon.live): what only the running daemon knows (worker phase and memory, the
+- `Live` (daemon.common.live): what only the running daemon knows (worker phase and memory, the
   page in progress, inbox observers); from its memory when the daemon serves the page
   itself, else from the `runtime` row it records every few seconds.
 
@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.common.errors import hint_for
+from daemon.common.live import CurrentDoc, EngineFacts, InboxFacts, Live, LiveFn, WorkerFacts
 from daemon.config import Config
-from daemon.errors import hint_for
-from daemon.live import CurrentDoc, EngineFacts, InboxFacts, Live, LiveFn, WorkerFacts
 from daemon.states import JobState
 from daemon.store import Store, StoreBusy
 

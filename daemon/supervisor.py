@@ -35,12 +35,12 @@ from typing import Any, Protocol
 
 import psutil
 
+from daemon.common.display import safe_display
+from daemon.common.errors import FailureKind
+from daemon.common.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.config import Config, page_options_for, parse_page_range
-from daemon.display import safe_display
 from daemon.engines.http_runtime import display_url
-from daemon.errors import FailureKind
 from daemon.folders import folder_in_error
-from daemon.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.page import PageOptions
 from daemon.protocol import (
     DocError,

@@ -21,7 +21,7 @@ from typing import Any
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from daemon.errors import DocumentError, FailureKind
+from daemon.common.errors import DocumentError, FailureKind
 from daemon.sniff import PDFIUM_LOCK, load_page, open_known_pdf
 
 Box = tuple[float, float, float, float]  # normalised 0..1, origin top-left

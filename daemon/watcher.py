@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
+from daemon.common.display import safe_display
 from daemon.config import InboxConfig
-from daemon.display import safe_display
 from daemon.ignore import (
     absolute_path,
     is_candidate,

@@ -21,13 +21,13 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 from daemon import __version__, charts
+from daemon.common.display import safe_display
+from daemon.common.units import age, gib, mib
 from daemon.config import Config
-from daemon.display import safe_display
 from daemon.health import Health
 from daemon.states import JobState
 from daemon.status import Status
 from daemon.store import Job
-from daemon.units import age, gib, mib
 
 # No inline script or style, nothing from other origins, no framing, no forms.
 CSP = (

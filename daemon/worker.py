@@ -25,8 +25,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config import Config
-from daemon.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.protocol import (
     DocError,
     Heartbeat,

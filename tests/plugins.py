@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from daemon.common.errors import EngineUnavailable
 from daemon.config import EngineConfig
-from daemon.errors import EngineUnavailable
 from daemon.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 
 _HOG: list[bytearray] = []

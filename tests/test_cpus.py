@@ -1,4 +1,4 @@
-"""One CPU count for every engine (daemon/cpus.py)."""
+"""One CPU count for every engine (daemon/common/cpus.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import psutil
 import pytest
 
-from daemon.cpus import resolve_threads, usable_cores
+from daemon.common.cpus import resolve_threads, usable_cores
 
 
 def test_configured_threads_win() -> None:

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from daemon import sniff
+from daemon.common.errors import DocumentError, FailureKind
 from daemon.config import DEFAULT_PATTERNS, LimitsConfig
-from daemon.errors import DocumentError, FailureKind
 from daemon.raster import render_page
 from tests import docgen
 

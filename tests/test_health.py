@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from daemon.common.live import Live
 from daemon.config import Config, HttpConfig, InboxConfig
 from daemon.health import Thresholds
 from daemon.httpserver import HttpServer, start_http_server
-from daemon.live import Live
 from daemon.store import Store
 
 NOW = 1_700_000_000.0  # wall clock the server and the store agree on

@@ -106,6 +106,6 @@ def test_status_is_read_without_the_cli_or_the_server() -> None:
     for reader in ("daemon.cli", "daemon.httpserver", "daemon.metrics", "daemon.health",
                    "daemon.web"):
         assert reader not in graph["daemon.status"]
-        assert reader not in graph["daemon.live"]
+        assert reader not in graph["daemon.common.live"]
     # the daemon's own facts are plain data: no store, no supervisor, no config
-    assert graph["daemon.live"] == set()
+    assert graph["daemon.common.live"] == set()

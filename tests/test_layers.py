@@ -34,14 +34,15 @@ Side = Literal["shared", "worker", "daemon", "entry"]
 LAYERS: dict[str, tuple[int, Side]] = {
     # Foundations: vocabulary every side shares. Nothing here knows the data path.
     "daemon": (0, "shared"),  # only __version__
-    "daemon.errors": (0, "shared"),
+    "daemon.common": (0, "shared"),  # a package's docstring
+    "daemon.common.errors": (0, "shared"),
     "daemon.states": (0, "shared"),
     "daemon.page": (0, "shared"),
-    "daemon.display": (0, "shared"),
-    "daemon.units": (0, "shared"),
-    "daemon.cpus": (0, "shared"),
+    "daemon.common.display": (0, "shared"),
+    "daemon.common.units": (0, "shared"),
+    "daemon.common.cpus": (0, "shared"),
     "daemon.auth": (0, "shared"),
-    "daemon.live": (0, "shared"),
+    "daemon.common.live": (0, "shared"),
     "daemon.durable": (0, "shared"),
     "daemon.notify": (0, "shared"),
     "daemon.reminder": (0, "shared"),

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from daemon import raster, sniff
+from daemon.common.cpus import resolve_threads
+from daemon.common.errors import EngineUnavailable
 from daemon.config import EngineConfig, LimitsConfig
-from daemon.cpus import resolve_threads
 from daemon.engines import create_engine
 from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks
-from daemon.errors import EngineUnavailable
 from daemon.page import (
     PAGE_NUMBER,
     SOURCE_OCR,

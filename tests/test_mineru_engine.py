@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from daemon.common.errors import EngineUnavailable
 from daemon.config import EngineConfig, LimitsConfig, Precision
 from daemon.engines import create_engine
 from daemon.engines.mineru import (
@@ -26,7 +27,6 @@ from daemon.engines.mineru import (
     run_page,
 )
 from daemon.engines.mineru_model import auto_precision, resolve_weights
-from daemon.errors import EngineUnavailable
 from daemon.formats import content_list, markdown
 from daemon.formats.middle import PageData, build_middle
 from daemon.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from daemon import office, sniff
+from daemon.common.errors import DocumentError, FailureKind
 from daemon.config import DEFAULT_PATTERNS, EngineConfig, LimitsConfig
-from daemon.errors import DocumentError, FailureKind
 from daemon.raster import render_page
 from tests import docgen
 

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from daemon import __version__, config, display, durable, errors, originals, publish
+from daemon import __version__, config, durable, originals, publish
 from daemon import outbox as outbox_writer
+from daemon.common import display, errors
+from daemon.common.errors import FailureKind
 from daemon.config_schema import declared
-from daemon.errors import FailureKind
 from daemon.formats import content_list, markdown
 from daemon.formats.middle import PageData, build_middle
 from daemon.page import Block

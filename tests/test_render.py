@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from daemon import raster, sniff, textlayer
+from daemon.common.errors import DocumentError, FailureKind
 from daemon.config import LimitsConfig
-from daemon.errors import DocumentError, FailureKind
 from daemon.sniff import DocumentInfo
 from daemon.textlayer import TextLine
 from tests import docgen

@@ -23,10 +23,10 @@ import pytest
 import yaml
 from PIL import Image
 
+from daemon.common.errors import DocumentError, EngineUnavailable
 from daemon.config import EngineConfig, EngineHttpConfig, LlamaCppConfig
 from daemon.engines.http_runtime import ServerUnavailable, probe_server
 from daemon.engines.mineru import MinerUEngine
-from daemon.errors import DocumentError, EngineUnavailable
 from daemon.page import PageInput, PageOptions, no_progress
 from tests.llama_server import (
     MODEL_ID,
@@ -429,7 +429,7 @@ def test_bad_runtime_keys_are_reported_with_their_paths(tmp_path: Path) -> None:
 def test_progress_carries_the_pages_in_flight() -> None:
     """`status` reads the document in progress back from the runtime table: the number of
     pages in flight (runtime http) survives that trip; older rows without it read as 1."""
-    from daemon.live import CurrentDoc
+    from daemon.common.live import CurrentDoc
 
     doc = CurrentDoc(job_id=7, path="/in/a.pdf", page=3, pages=12, block=(1, 4),
                      stage="block", pages_in_flight=4)

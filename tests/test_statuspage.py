@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from daemon.common.live import CurrentDoc, Live
 from daemon.config import Config, ConfigError, http_token, load_config, redacted_dict
 from daemon.httpserver import HttpServer, start_http_server
-from daemon.live import CurrentDoc, Live
 from daemon.status import collect
 from daemon.store import Store
 from tests.test_health import MONO, NOW, arrive, cfg, live_ok  # noqa: F401 - fixture

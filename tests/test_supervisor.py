@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from daemon.common.live import CurrentDoc
 from daemon.config import Config, load_config
 from daemon.ingest import Ingestor
-from daemon.live import CurrentDoc
 from daemon.protocol import Inspect, ParsePage, Progress, Request
 from daemon.publish import Publisher
 from daemon.states import TERMINAL, JobState

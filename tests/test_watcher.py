@@ -1162,7 +1162,7 @@ def test_files_of_no_document_type_are_logged_once_counted_and_left_alone(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from daemon.cli import inbox_lines
-    from daemon.live import InboxFacts
+    from daemon.common.live import InboxFacts
 
     write(tmp_path / "report.pdf")
     others = [write(tmp_path / n, b"PK\x03\x04") for n in ("a.docx", "b.zip", "notes.txt")]

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config import EngineHttpConfig
 from daemon.engines.runtime import Prediction, RuntimeInfo
-from daemon.errors import DocumentError, EngineUnavailable, FailureKind
 
 if TYPE_CHECKING:
     import httpx

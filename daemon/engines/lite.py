@@ -36,8 +36,9 @@ import numpy as np
 from PIL import Image
 
 import daemon.engines.regions as rg
+from daemon.common.cpus import resolve_threads
+from daemon.common.errors import EngineUnavailable
 from daemon.config import EngineConfig
-from daemon.cpus import resolve_threads
 from daemon.engines.junk import is_noise
 from daemon.engines.orientation import (
     LineSample,
@@ -48,7 +49,6 @@ from daemon.engines.orientation import (
     upright,
 )
 from daemon.engines.reading_order import is_rtl, xy_cut
-from daemon.errors import EngineUnavailable
 from daemon.page import (
     ASIDE_TEXT,
     FOOTER,

@@ -17,9 +17,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config import LlamaCppConfig
 from daemon.engines.runtime import KNOWN_GGUF, GgufPair, Prediction, RuntimeInfo
-from daemon.errors import DocumentError, EngineUnavailable, FailureKind
 
 log = logging.getLogger("docinbox.llama_cpp_runtime")
 

@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from daemon.common.errors import DocumentError
 from daemon.engines.mineru_generate import (
     BatchedGenerator,
     GenRequest,
@@ -40,7 +41,6 @@ from daemon.engines.mineru_generate import (
     capped,
 )
 from daemon.engines.runtime import Runtime
-from daemon.errors import DocumentError
 from daemon.page import (
     EQUATION,
     SOURCE_MODEL,
@@ -429,7 +429,7 @@ class MinerUEngine:
 
             remote = HttpRuntime(self.config.http, client_options())
         elif runtime == "llama-cpp":
-            from daemon.cpus import resolve_threads
+            from daemon.common.cpus import resolve_threads
             from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
 
             threads = resolve_threads(self.config.llama_cpp.threads or self.config.threads)

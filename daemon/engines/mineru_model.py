@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from daemon.cpus import resolve_threads
-from daemon.errors import EngineUnavailable
+from daemon.common.cpus import resolve_threads
+from daemon.common.errors import EngineUnavailable
 
 DEFAULT_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
 PULL_HINT = "docinbox model pull"

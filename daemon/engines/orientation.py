@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from daemon.errors import EngineUnavailable
+from daemon.common.errors import EngineUnavailable
 
 ANGLES = (0, 90, 180, 270)
 

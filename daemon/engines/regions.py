@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from daemon.errors import EngineUnavailable
+from daemon.common.errors import EngineUnavailable
 
 # CDLA's labels, as the model's metadata names them.
 TEXT = "text"
