@@ -104,7 +104,7 @@ def _rss_mb() -> dict[str, float]:
 
 
 def _engine_config(spec: dict[str, Any], precision: str, text_layer: str, **extra: Any) -> Any:
-    from daemon.config import EngineConfig
+    from daemon.config.settings import EngineConfig
 
     plan = spec["plan"]
     return EngineConfig(
@@ -264,7 +264,7 @@ def document_child(spec: dict[str, Any], import_seconds: float) -> dict[str, Any
     import dataclasses
     import tempfile
 
-    from daemon.config import Config
+    from daemon.config.settings import Config
     from daemon.parse import parse_files
 
     logs = Path(spec["result_path"]).with_suffix(".pages.jsonl")
@@ -378,7 +378,7 @@ def prepare_page(pdf: Path, page_idx: int, dpi: int, cache: Path) -> dict[str, A
     """Render the page once (PNG) so every path gets identical pixels."""
     sys.path.insert(0, str(REPO))
     cache.mkdir(parents=True, exist_ok=True)
-    from daemon.config import LimitsConfig
+    from daemon.config.settings import LimitsConfig
     from daemon.raster import render_page
     from daemon.sniff import inspect
 

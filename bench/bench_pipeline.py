@@ -30,7 +30,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.app import TICK_SECONDS
-from daemon.config import check_paths, load_config
+from daemon.config.settings import check_paths, load_config
 from daemon.ingest import Ingestor
 from daemon.publish import Publisher
 from daemon.states import JobState

@@ -146,7 +146,7 @@ def numbered(image: Any, n: int) -> Any:
 def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
     from PIL import Image
 
-    from daemon.config import EngineConfig, EngineHttpConfig
+    from daemon.config.settings import EngineConfig, EngineHttpConfig
     from daemon.engines.mineru import MinerUEngine
     from daemon.page import PageInput, PageOptions, no_progress
 
@@ -201,7 +201,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from bench_mineru import FIXED_LAYOUT_BLOCKS  # type: ignore[import-not-found]
     from PIL import Image
 
-    from daemon.config import EngineConfig, LlamaCppConfig
+    from daemon.config.settings import EngineConfig, LlamaCppConfig
     from daemon.engines.mineru import MinerUEngine
     from daemon.page import PageInput, PageOptions, no_progress
 

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.append(str(REPO))
 
-from daemon.config import EngineConfig, LimitsConfig  # noqa: E402
+from daemon.config.settings import EngineConfig, LimitsConfig  # noqa: E402
 
 # Older checkouts (one render/output module) first: with PYTHONPATH pointing at one, an
 # editable install of a newer docinbox could otherwise lend it the newer subpackages.

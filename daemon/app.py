@@ -24,7 +24,7 @@ from daemon import __version__, outbox
 from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
 from daemon.common.live import InboxFacts, Live
-from daemon.config import Config, ConfigError, check_paths, http_token, load_config
+from daemon.config.settings import Config, ConfigError, check_paths, http_token, load_config
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.ingest import Ingestor, IngestRetries
 from daemon.notify import Notifier

@@ -25,7 +25,7 @@ from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
 from daemon.common.live import InboxFacts
 from daemon.common.units import age, gib, mib
-from daemon.config import (
+from daemon.config.settings import (
     Config,
     ConfigError,
     EngineConfig,

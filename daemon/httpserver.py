@@ -35,7 +35,7 @@ from urllib.parse import parse_qs, urlsplit
 from daemon import metrics, web
 from daemon.auth import TokenGate
 from daemon.common.live import LiveFn
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.health import Thresholds, Verdict, assess, healthz_body
 from daemon.status import Status, collect
 from daemon.store import Store

@@ -19,7 +19,7 @@ import stat as stat_module
 from collections.abc import Iterable
 from pathlib import Path, PurePath
 
-from daemon.config import InboxConfig
+from daemon.config.settings import InboxConfig
 
 # Exact file names that are never documents (desktop metadata a client leaves behind).
 IGNORED_FILE_NAMES: frozenset[str] = frozenset(

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from daemon import originals
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
-from daemon.config import Config, InboxConfig
+from daemon.config.settings import Config, InboxConfig
 from daemon.store import IngestResult, Store
 
 log = logging.getLogger("docinbox.ingest")

@@ -28,7 +28,7 @@ from daemon.engines.mineru_model import (
 from daemon.engines.runtime import PRO_MODEL
 
 if TYPE_CHECKING:
-    from daemon.config import EngineConfig, LlamaCppConfig
+    from daemon.config.settings import EngineConfig, LlamaCppConfig
 
 
 class ModelError(Exception):

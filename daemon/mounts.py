@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from daemon.config import WatchMode
+from daemon.config.settings import WatchMode
 
 logger = logging.getLogger(__name__)
 

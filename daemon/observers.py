@@ -26,7 +26,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from daemon.config import InboxConfig
+from daemon.config.settings import InboxConfig
 from daemon.ignore import is_ignored_file_name, matches_patterns
 from daemon.mounts import ObserverKind
 

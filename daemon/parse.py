@@ -17,7 +17,7 @@ from typing import Any
 from tqdm import tqdm
 
 from daemon.common.errors import ExitCode
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.ingest import sha256_file
 from daemon.publish import Publisher
 from daemon.states import JobState

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.page import Engine, PageInput, PageOptions, PageResult, ProgressFn, pages_in_flight
 from daemon.protocol import PageDone, ParsePage
 

@@ -26,7 +26,7 @@ from typing import Any
 from daemon import __version__, originals, outbox
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.durable import json_bytes
 from daemon.formats.content_list import content_list, content_list_v2
 from daemon.formats.markdown import markdown

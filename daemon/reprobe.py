@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 
 from daemon.common.errors import EngineUnavailable
-from daemon.config import EngineHttpConfig
+from daemon.config.settings import EngineHttpConfig
 from daemon.engines.http_runtime import ServerProbe, choose_model, probe_server
 
 log = logging.getLogger("docinbox.reprobe")

@@ -24,7 +24,7 @@ import pypdfium2.raw as pdfium_c
 from PIL import Image, UnidentifiedImageError
 
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.config import LimitsConfig
+from daemon.config.settings import LimitsConfig
 from daemon.office import OFFICE_FORMATS, convert_to_pdf, office_format
 
 DocKind = Literal["pdf", "image"]

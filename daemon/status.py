@@ -28,7 +28,7 @@ from pathlib import Path
 
 from daemon.common.errors import hint_for
 from daemon.common.live import CurrentDoc, EngineFacts, InboxFacts, Live, LiveFn, WorkerFacts
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.states import JobState
 from daemon.store import Store, StoreBusy
 

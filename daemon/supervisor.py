@@ -38,9 +38,9 @@ import psutil
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
 from daemon.common.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
-from daemon.config import Config, page_options_for, parse_page_range
+from daemon.config.folders import folder_in_error
+from daemon.config.settings import Config, page_options_for, parse_page_range
 from daemon.engines.http_runtime import display_url
-from daemon.folders import folder_in_error
 from daemon.page import PageOptions
 from daemon.protocol import (
     DocError,

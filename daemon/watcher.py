@@ -36,7 +36,7 @@ from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from daemon.common.display import safe_display
-from daemon.config import InboxConfig
+from daemon.config.settings import InboxConfig
 from daemon.ignore import (
     absolute_path,
     is_candidate,
@@ -64,7 +64,7 @@ from daemon.stability import (
 )
 
 if TYPE_CHECKING:
-    from daemon.config import Config
+    from daemon.config.settings import Config
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from markupsafe import Markup
 from daemon import __version__, charts
 from daemon.common.display import safe_display
 from daemon.common.units import age, gib, mib
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.health import Health
 from daemon.states import JobState
 from daemon.status import Status

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
-from daemon.config import Config
+from daemon.config.settings import Config
 from daemon.protocol import (
     DocError,
     Heartbeat,

@@ -1,4 +1,4 @@
-"""Regenerate the README's configuration table from the key declarations in daemon/config.py.
+"""Regenerate the README's configuration table from the keys declared in daemon/config/settings.py.
 
     .venv/bin/python scripts/config_table.py          # rewrite README.md in place
     .venv/bin/python scripts/config_table.py --check  # exit 1 when README.md is stale
@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.config import README_BEGIN, README_END, readme_table
+from daemon.config.settings import README_BEGIN, README_END, readme_table
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon import raster
-from daemon.config import LimitsConfig
+from daemon.config.settings import LimitsConfig
 from daemon.crops import finish_page
 from daemon.engines import mineru
 from daemon.engines.mineru import Prediction, run_page

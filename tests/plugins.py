@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.common.errors import EngineUnavailable
-from daemon.config import EngineConfig
+from daemon.config.settings import EngineConfig
 from daemon.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 
 _HOG: list[bytearray] = []

@@ -1,4 +1,4 @@
-"""Configuration loading and filesystem checks (daemon/config.py, config.yaml)."""
+"""Configuration loading and filesystem checks (daemon/config/settings.py, config.yaml)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.config import (
+from daemon.config.schema import Setting, declared
+from daemon.config.settings import (
     DEFAULT_PATTERNS,
     ENV_CONFIG,
     PAGE_OPTION_KEYS,
@@ -31,7 +32,6 @@ from daemon.config import (
     redacted_dict,
     resolve_config_path,
 )
-from daemon.config_schema import Setting, declared
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "config.yaml"
@@ -757,7 +757,7 @@ def test_problems_come_in_file_order(tmp_path: Path) -> None:
 
 
 def test_page_ranges_parse_and_validate(tmp_path: Path) -> None:
-    from daemon.config import parse_page_range
+    from daemon.config.settings import parse_page_range
 
     assert parse_page_range("1-3,7", 10) == [0, 1, 2, 6]
     assert parse_page_range("2-", 4) == [1, 2, 3]
@@ -854,7 +854,7 @@ def test_reading_the_config_stays_light(tmp_path: Path) -> None:
     cfg = minimal(tmp_path)
     (tmp_path / "inbox").mkdir()
     code = (
-        "import sys; from daemon.config import load_config, check_paths, redacted_dict;"
+        "import sys; from daemon.config.settings import load_config, check_paths, redacted_dict;"
         f"cfg = load_config({str(cfg)!r}); check_paths(cfg); redacted_dict(cfg);"
         "heavy = [m for m in ('PIL', 'numpy', 'torch') if m in sys.modules];"
         "assert not heavy, heavy"

@@ -13,7 +13,7 @@ from PIL import Image
 
 from daemon import sniff
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.config import DEFAULT_PATTERNS, LimitsConfig
+from daemon.config.settings import DEFAULT_PATTERNS, LimitsConfig
 from daemon.raster import render_page
 from tests import docgen
 
@@ -77,7 +77,7 @@ def test_without_a_decoder_the_reason_names_what_to_install(
 
 
 def test_lite_reads_the_text_of_a_heic_photo(tmp_path: Path) -> None:
-    from daemon.config import EngineConfig
+    from daemon.config.settings import EngineConfig
     from daemon.engines.lite import LiteEngine
     from daemon.page import PageOptions, no_progress
 

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.common.live import Live
-from daemon.config import Config, HttpConfig, InboxConfig
+from daemon.config.settings import Config, HttpConfig, InboxConfig
 from daemon.health import Thresholds
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.store import Store

@@ -34,6 +34,7 @@ Side = Literal["shared", "worker", "daemon", "entry"]
 LAYERS: dict[str, tuple[int, Side]] = {
     # Foundations: vocabulary every side shares. Nothing here knows the data path.
     "daemon": (0, "shared"),  # only __version__
+    "daemon.config": (0, "shared"),  # a package's docstring
     "daemon.common": (0, "shared"),  # a package's docstring
     "daemon.common.errors": (0, "shared"),
     "daemon.states": (0, "shared"),
@@ -47,11 +48,11 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.notify": (0, "shared"),
     "daemon.reminder": (0, "shared"),
     "daemon.protocol": (0, "shared"),
-    "daemon.config_values": (0, "shared"),
-    "daemon.config_schema": (0, "shared"),
-    "daemon.config_yaml": (0, "shared"),
-    "daemon.folders": (0, "shared"),
-    "daemon.config": (0, "shared"),
+    "daemon.config.values": (0, "shared"),
+    "daemon.config.schema": (0, "shared"),
+    "daemon.config.yamlfile": (0, "shared"),
+    "daemon.config.folders": (0, "shared"),
+    "daemon.config.settings": (0, "shared"),
     # Model runtimes: how to talk to MinerU2.5 wherever it runs. Light at module level:
     # the daemon probes an http server with them while the worker generates through them.
     "daemon.engines.mineru_generate": (10, "shared"),

@@ -12,7 +12,7 @@ import pytest
 from daemon import raster, sniff
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
-from daemon.config import EngineConfig, LimitsConfig
+from daemon.config.settings import EngineConfig, LimitsConfig
 from daemon.engines import create_engine
 from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks
 from daemon.page import (

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from daemon.config import EngineConfig
+from daemon.config.settings import EngineConfig
 from daemon.engines.lite import LiteEngine, _Line, compose_page
 from daemon.engines.orientation import box_to_original, upright
 from daemon.engines.reading_order import is_rtl, xy_cut
@@ -146,7 +146,7 @@ def test_running_head_on_every_page_is_not_a_heading(
     pages = [[head, f"Body text of page {i} goes here.", "More words follow."] for i in range(3)]
     pdf = docgen.make_text_pdf(tmp_path / "heads.pdf", pages, page_size=(595, 842))
     _move_first_line_to_top_margin(pdf)
-    from daemon.config import LimitsConfig
+    from daemon.config.settings import LimitsConfig
     from daemon.raster import render_page
     from daemon.sniff import inspect
 
@@ -305,7 +305,7 @@ def test_pdf_rotate_is_applied_before_orientation_is_judged(
     # the page is rendered upright, and nothing more is turned.
     from pypdf import PdfReader, PdfWriter
 
-    from daemon.config import LimitsConfig
+    from daemon.config.settings import LimitsConfig
     from daemon.raster import render_page
     from daemon.sniff import inspect
 
@@ -332,7 +332,7 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
 ) -> None:
     from pypdf import PdfReader, PdfWriter, Transformation
 
-    from daemon.config import LimitsConfig
+    from daemon.config.settings import LimitsConfig
     from daemon.crops import finish_page
     from daemon.raster import render_page
     from daemon.sniff import inspect

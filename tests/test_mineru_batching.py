@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from PIL import Image, ImageDraw
 
-from daemon.config import EngineConfig
+from daemon.config.settings import EngineConfig
 from daemon.engines.mineru import MinerUEngine, client_defaults, make_helper, run_page
 from daemon.engines.mineru_generate import (
     GenRequest,

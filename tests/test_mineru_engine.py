@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from daemon.common.errors import EngineUnavailable
-from daemon.config import EngineConfig, LimitsConfig, Precision
+from daemon.config.settings import EngineConfig, LimitsConfig, Precision
 from daemon.engines import create_engine
 from daemon.engines.mineru import (
     Prediction,

@@ -10,7 +10,7 @@ import pytest
 
 from daemon import office, sniff
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.config import DEFAULT_PATTERNS, EngineConfig, LimitsConfig
+from daemon.config.settings import DEFAULT_PATTERNS, EngineConfig, LimitsConfig
 from daemon.raster import render_page
 from tests import docgen
 

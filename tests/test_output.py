@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from daemon import __version__, config, durable, originals, publish
+from daemon import __version__, durable, originals, publish
 from daemon import outbox as outbox_writer
 from daemon.common import display, errors
 from daemon.common.errors import FailureKind
-from daemon.config_schema import declared
+from daemon.config import settings as config
+from daemon.config.schema import declared
 from daemon.formats import content_list, markdown
 from daemon.formats.middle import PageData, build_middle
 from daemon.page import Block

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from daemon import raster, sniff, textlayer
-from daemon.config import Config, load_config
+from daemon.config.settings import Config, load_config
 from daemon.engines import create_engine
 from daemon.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 from daemon.pipeline import PagePipeline

@@ -16,7 +16,7 @@ from PIL import Image
 
 from daemon import raster, sniff, textlayer
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.config import LimitsConfig
+from daemon.config.settings import LimitsConfig
 from daemon.sniff import DocumentInfo
 from daemon.textlayer import TextLine
 from tests import docgen

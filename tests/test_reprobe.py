@@ -3,7 +3,7 @@ only "back" once the server answers with the model we need. The clock is ticked 
 
 from __future__ import annotations
 
-from daemon.config import EngineHttpConfig
+from daemon.config.settings import EngineHttpConfig
 from daemon.engines.http_runtime import ServerProbe
 from daemon.reprobe import Reprobe
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import InboxConfig
+from daemon.config.settings import InboxConfig
 from daemon.ingest import IngestRetries
 from daemon.reminder import Reminder
 from daemon.store import StoreBusy, StoreFull, _unavailable

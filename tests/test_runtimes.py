@@ -24,7 +24,7 @@ import yaml
 from PIL import Image
 
 from daemon.common.errors import DocumentError, EngineUnavailable
-from daemon.config import EngineConfig, EngineHttpConfig, LlamaCppConfig
+from daemon.config.settings import EngineConfig, EngineHttpConfig, LlamaCppConfig
 from daemon.engines.http_runtime import ServerUnavailable, probe_server
 from daemon.engines.mineru import MinerUEngine
 from daemon.page import PageInput, PageOptions, no_progress
@@ -91,7 +91,7 @@ def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
 ) -> None:
     """The text-layer fill is the engine's, not the runtime's: on a born-digital PDF the
     server is asked for the layout only, and the block's text comes from the PDF."""
-    from daemon.config import LimitsConfig
+    from daemon.config.settings import LimitsConfig
     from daemon.page import SOURCE_TEXT_LAYER
     from daemon.raster import render_page
     from daemon.sniff import inspect

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from daemon.common.live import CurrentDoc, Live
-from daemon.config import Config, ConfigError, http_token, load_config, redacted_dict
+from daemon.config.settings import Config, ConfigError, http_token, load_config, redacted_dict
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.status import collect
 from daemon.store import Store

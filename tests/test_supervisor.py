@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from daemon.common.live import CurrentDoc
-from daemon.config import Config, load_config
+from daemon.config.settings import Config, load_config
 from daemon.ingest import Ingestor
 from daemon.protocol import Inspect, ParsePage, Progress, Request
 from daemon.publish import Publisher
@@ -43,7 +43,7 @@ class Clock:
 
 def setup(tmp_path: Path, **overrides: Any) -> tuple[Config, Store, Supervisor, Clock]:
     cfg = load_config(write_config(tmp_path, **overrides))
-    from daemon.config import check_paths
+    from daemon.config.settings import check_paths
 
     assert check_paths(cfg) == []
     store = Store(cfg.db_path)
@@ -104,7 +104,7 @@ class Bench:
                  unavailable: frozenset[str] = frozenset(), **overrides: Any) -> None:
         worker = {"heartbeat_timeout_seconds": 10_000, **overrides.pop("worker", {})}
         self.cfg = load_config(write_config(tmp_path, worker=worker, **overrides))
-        from daemon.config import check_paths
+        from daemon.config.settings import check_paths
 
         assert check_paths(self.cfg) == []
         self.store = Store(self.cfg.db_path)
@@ -544,7 +544,7 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from daemon.app import Daemon
-    from daemon.config import check_paths
+    from daemon.config.settings import check_paths
 
     cfg = load_config(write_config(tmp_path))
     assert check_paths(cfg) == []

@@ -30,7 +30,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from daemon.config import InboxConfig, WatchMode
+from daemon.config.settings import InboxConfig, WatchMode
 from daemon.ignore import (
     is_candidate,
     is_candidate_name,

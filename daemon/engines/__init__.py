@@ -10,10 +10,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import BUILTIN_ENGINES
+from daemon.config.settings import BUILTIN_ENGINES
 
 if TYPE_CHECKING:
-    from daemon.config import EngineConfig
+    from daemon.config.settings import EngineConfig
     from daemon.page import Engine
 
 BUILTIN = BUILTIN_ENGINES

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
-from daemon.config import EngineHttpConfig
+from daemon.config.settings import EngineHttpConfig
 from daemon.engines.runtime import Prediction, RuntimeInfo
 
 if TYPE_CHECKING:

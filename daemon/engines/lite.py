@@ -38,7 +38,7 @@ from PIL import Image
 import daemon.engines.regions as rg
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
-from daemon.config import EngineConfig
+from daemon.config.settings import EngineConfig
 from daemon.engines.junk import is_noise
 from daemon.engines.orientation import (
     LineSample,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
-from daemon.config import LlamaCppConfig
+from daemon.config.settings import LlamaCppConfig
 from daemon.engines.runtime import KNOWN_GGUF, GgufPair, Prediction, RuntimeInfo
 
 log = logging.getLogger("docinbox.llama_cpp_runtime")

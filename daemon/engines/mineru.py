@@ -55,7 +55,7 @@ from daemon.page import (
 )
 
 if TYPE_CHECKING:
-    from daemon.config import EngineConfig
+    from daemon.config.settings import EngineConfig
     from daemon.textlayer import TextLine
 
     from .mineru_model import LoadedModel

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from daemon.engines.mineru_generate import Prediction
 
 if TYPE_CHECKING:
-    from daemon.config import RuntimeKind
+    from daemon.config.settings import RuntimeKind
 
 __all__ = ["Prediction"]  # what every runtime's predict() returns
 
 # The keys themselves (engine.runtime, engine.http.*, engine.llama_cpp.*) are declared
-# once, in daemon/config.py (EngineHttpConfig, LlamaCppConfig).
+# once, in daemon/config/settings.py (EngineHttpConfig, LlamaCppConfig).
 
 PRO_MODEL = "opendatalab/MinerU2.5-Pro-2605-1.2B"
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from daemon.common.display import safe_display
-from daemon.config_values import Problem
+from daemon.config.values import Problem
 
 
 def folder_in_error(

@@ -1,6 +1,6 @@
 """How a configuration key is declared, read and checked.
 
-A key is one field of a frozen settings dataclass in `daemon/config.py`, declared with
+A key is one field of a frozen settings dataclass in `daemon/config/settings.py`, declared with
 `setting(...)`, `required(...)` or `section(...)`. The field's name and type are the
 Python side; the `Setting` in its metadata is everything else: the YAML key (when it
 differs, e.g. `max_file_size` -> `max_file_bytes`), the parser that checks a value and words
@@ -8,7 +8,7 @@ the problem, the doc line, whether it is secret, whether an inbox may override i
 relations to other keys. Everything else here is derived from those declarations:
 reading a YAML mapping into a dataclass (every problem at once, with key paths, "did you
 mean" and hints), the effective config with secrets masked (`check-config --show`), and
-the README's configuration table. The value parsers are in `daemon/config_values.py`.
+the README's configuration table. The value parsers are in `daemon/config/values.py`.
 
 This module imports nothing from the rest of `daemon` and nothing heavy: the daemon
 process reads its config without paying for Pillow or torch.
@@ -24,7 +24,7 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, dataclass_transform
 
-from daemon.config_values import INVALID, Ctx, Parser, Problem, p_choice, type_name
+from daemon.config.values import INVALID, Ctx, Parser, Problem, p_choice, type_name
 
 T = TypeVar("T")
 C = TypeVar("C")

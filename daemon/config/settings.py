@@ -10,8 +10,8 @@ parser that checks a value (and words its problem), the YAML key when it differs
 relations (`at_least=`, `differs_from=`, a section's `check=`). Loading, problems,
 `check-config --show` (`redacted_dict`), the README table (`readme_table`) and the page
 options (`page_options_for`) are all derived from these declarations; the machinery is in
-`daemon/config_schema.py`, the value parsers in `daemon/config_values.py`, reading the
-file in `daemon/config_yaml.py`, folder checks in `daemon/folders.py`.
+`daemon/config/schema.py`, the value parsers in `daemon/config/values.py`, reading the
+file in `daemon/config/yamlfile.py`, folder checks in `daemon/config/folders.py`.
 
 Loading rules:
 - `yaml.safe_load`; unknown keys are errors; every problem is collected and reported at
@@ -35,7 +35,8 @@ from urllib.parse import urlsplit, urlunsplit
 import yaml
 
 from daemon.auth import is_loopback
-from daemon.config_schema import (
+from daemon.config.folders import check_folders, real_path
+from daemon.config.schema import (
     declared,
     key_homes,
     markdown_table,
@@ -46,7 +47,7 @@ from daemon.config_schema import (
     settings,
     shown,
 )
-from daemon.config_values import (
+from daemon.config.values import (
     INVALID,
     ConfigError,
     Ctx,
@@ -65,8 +66,7 @@ from daemon.config_values import (
     parse_size,
     type_name,
 )
-from daemon.config_yaml import parse_yaml, read_text, yaml_problem
-from daemon.folders import check_folders, real_path
+from daemon.config.yamlfile import parse_yaml, read_text, yaml_problem
 from daemon.page import PageOptions
 
 __all__ = [
@@ -848,7 +848,7 @@ def output_folders(cfg: Config) -> list[tuple[str, Path]]:
 
 
 def check_paths(cfg: Config, create: bool = True) -> list[Problem]:
-    """Every filesystem problem of `cfg` at once (see daemon/folders.py)."""
+    """Every filesystem problem of `cfg` at once (see daemon/config/folders.py)."""
     return check_folders([i.path for i in cfg.inboxes], output_folders(cfg), create=create)
 
 
@@ -896,7 +896,7 @@ def redacted_dict(cfg: Config) -> dict[str, Any]:
 
 
 README_BEGIN: Final = (
-    "<!-- config-keys: generated from daemon/config.py by scripts/config_table.py -->"
+    "<!-- config-keys: generated from daemon/config/settings.py by scripts/config_table.py -->"
 )
 README_END: Final = "<!-- /config-keys -->"
 

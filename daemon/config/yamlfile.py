@@ -10,8 +10,8 @@ from pathlib import Path
 
 import yaml
 
-from daemon.config_schema import join
-from daemon.config_values import ConfigError, Problem
+from daemon.config.schema import join
+from daemon.config.values import ConfigError, Problem
 
 
 def yaml_problem(path: Path, exc: yaml.YAMLError) -> Problem:
