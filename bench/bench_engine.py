@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from daemon.document.page import PageInput, PageOptions, PageResult, ProgressFn
 from daemon.engines.mineru import MinerUEngine
-from daemon.page import PageInput, PageOptions, PageResult, ProgressFn
 
 
 @dataclass

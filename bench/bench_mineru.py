@@ -129,7 +129,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     sys.path.insert(0, str(REPO))
     from bench.bench_engine import instrument, plan_probe
-    from daemon.page import PageInput, PageOptions
+    from daemon.document.page import PageInput, PageOptions
 
     import_seconds = time.monotonic() - t_import
     path: str = spec["path"]

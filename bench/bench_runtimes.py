@@ -147,8 +147,8 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
     from PIL import Image
 
     from daemon.config.settings import EngineConfig, EngineHttpConfig
+    from daemon.document.page import PageInput, PageOptions, no_progress
     from daemon.engines.mineru import MinerUEngine
-    from daemon.page import PageInput, PageOptions, no_progress
 
     image = Image.open(args.page).convert("RGB")
     options = PageOptions(text_layer="off", max_new_tokens_layout=64, max_new_tokens_block=64)
@@ -202,8 +202,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from PIL import Image
 
     from daemon.config.settings import EngineConfig, LlamaCppConfig
+    from daemon.document.page import PageInput, PageOptions, no_progress
     from daemon.engines.mineru import MinerUEngine
-    from daemon.page import PageInput, PageOptions, no_progress
 
     runtime = spec["runtime"]
     cfg = EngineConfig(

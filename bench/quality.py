@@ -48,8 +48,8 @@ try:
     from daemon.render import inspect as inspect_document  # type: ignore[import-not-found]
     from daemon.render import render_page  # mypy reports a missing module only once
 except ImportError:
+    from daemon.document.page import PageOptions, no_progress
     from daemon.formats.markdown import pages_to_markdown
-    from daemon.page import PageOptions, no_progress
     from daemon.raster import render_page
     from daemon.sniff import inspect as inspect_document
 

@@ -27,10 +27,10 @@ from daemon.common.live import InboxFacts, Live
 from daemon.config.settings import Config, ConfigError, check_paths, http_token, load_config
 from daemon.httpserver import HttpServer, start_http_server
 from daemon.ingest import Ingestor, IngestRetries
+from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.notify import Notifier
 from daemon.publish import Publisher
 from daemon.reminder import Reminder
-from daemon.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.supervisor import Phase, Supervisor
 from daemon.watcher import Watcher
 

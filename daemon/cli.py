@@ -35,9 +35,9 @@ from daemon.config.settings import (
     redacted_dict,
     resolve_config_path,
 )
-from daemon.states import JobState
+from daemon.jobs.states import JobState
+from daemon.jobs.store import Job, Store
 from daemon.status import Status, collect
-from daemon.store import Job, Store
 
 log = logging.getLogger("docinbox")
 

@@ -14,7 +14,7 @@ import io
 import math
 from typing import TYPE_CHECKING
 
-from daemon.page import CROPPED_TYPES, Block, Crop, PageInput, PageResult, crop_name
+from daemon.document.page import CROPPED_TYPES, Block, Crop, PageInput, PageResult, crop_name
 
 if TYPE_CHECKING:
     from PIL import Image

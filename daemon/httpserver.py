@@ -37,8 +37,8 @@ from daemon.auth import TokenGate
 from daemon.common.live import LiveFn
 from daemon.config.settings import Config
 from daemon.health import Thresholds, Verdict, assess, healthz_body
+from daemon.jobs.store import Store
 from daemon.status import Status, collect
-from daemon.store import Store
 
 log = logging.getLogger("docinbox.http")
 

@@ -20,7 +20,7 @@ from daemon import originals
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
 from daemon.config.settings import Config, InboxConfig
-from daemon.store import IngestResult, Store
+from daemon.jobs.store import IngestResult, Store
 
 log = logging.getLogger("docinbox.ingest")
 

@@ -39,7 +39,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from daemon import __version__
 from daemon.health import Health, Verdict
-from daemon.states import JobState
+from daemon.jobs.states import JobState
 from daemon.status import RECENT_PAGES, Status
 from daemon.supervisor import Phase
 

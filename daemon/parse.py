@@ -19,9 +19,9 @@ from tqdm import tqdm
 from daemon.common.errors import ExitCode
 from daemon.config.settings import Config
 from daemon.ingest import sha256_file
+from daemon.jobs.states import JobState
+from daemon.jobs.store import Job, Store
 from daemon.publish import Publisher
-from daemon.states import JobState
-from daemon.store import Job, Store
 from daemon.supervisor import Phase, Supervisor
 
 

@@ -41,7 +41,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.config.settings import Config
-from daemon.page import Engine, PageInput, PageOptions, PageResult, ProgressFn, pages_in_flight
+from daemon.document.page import (
+    Engine,
+    PageInput,
+    PageOptions,
+    PageResult,
+    ProgressFn,
+    pages_in_flight,
+)
 from daemon.protocol import PageDone, ParsePage
 
 if TYPE_CHECKING:  # sniff loads PDFium and Pillow: the worker's business only

@@ -20,7 +20,7 @@ The conversation, one document at a time:
                                  <-    Heartbeat(peak_rss) every few seconds, from a thread
 
 This module is imported by the daemon process: it must stay free of Pillow and torch
-(daemon.page types the page image for the checker only).
+(daemon.document.page types the page image for the checker only).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.page import Block, Crop, EngineInfo, PageOptions
+from daemon.document.page import Block, Crop, EngineInfo, PageOptions
 
 # -- supervisor -> worker ---------------------------------------------------------------
 

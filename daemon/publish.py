@@ -27,14 +27,14 @@ from daemon import __version__, originals, outbox
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
 from daemon.config.settings import Config
+from daemon.document.page import Block
 from daemon.durable import json_bytes
 from daemon.formats.content_list import content_list, content_list_v2
 from daemon.formats.markdown import markdown
 from daemon.formats.meta import document_meta
 from daemon.formats.middle import PageData, build_middle
 from daemon.formats.model import model_json
-from daemon.page import Block
-from daemon.store import Job, Store
+from daemon.jobs.store import Job, Store
 
 log = logging.getLogger("docinbox.publish")
 

@@ -18,7 +18,7 @@ import pypdfium2 as pdfium
 from PIL import Image, ImageOps
 
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.page import PageInput
+from daemon.document.page import PageInput
 from daemon.sniff import (
     DECODE_ERRORS,
     PDFIUM_LOCK,

@@ -29,8 +29,8 @@ from pathlib import Path
 from daemon.common.errors import hint_for
 from daemon.common.live import CurrentDoc, EngineFacts, InboxFacts, Live, LiveFn, WorkerFacts
 from daemon.config.settings import Config
-from daemon.states import JobState
-from daemon.store import Store, StoreBusy
+from daemon.jobs.states import JobState
+from daemon.jobs.store import Store, StoreBusy
 
 # A runtime row older than this (or written by a dead pid) means no daemon is running.
 RUNNING_WITHIN_SECONDS = 60.0

@@ -40,8 +40,9 @@ from daemon.common.errors import FailureKind
 from daemon.common.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
 from daemon.config.folders import folder_in_error
 from daemon.config.settings import Config, page_options_for, parse_page_range
+from daemon.document.page import PageOptions
 from daemon.engines.http_runtime import display_url
-from daemon.page import PageOptions
+from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.protocol import (
     DocError,
     Heartbeat,
@@ -57,7 +58,6 @@ from daemon.protocol import (
     Unavailable,
 )
 from daemon.reprobe import Reprobe
-from daemon.store import Job, Store, StoreBusy
 
 log = logging.getLogger("docinbox.supervisor")
 

@@ -25,9 +25,9 @@ from daemon.common.display import safe_display
 from daemon.common.units import age, gib, mib
 from daemon.config.settings import Config
 from daemon.health import Health
-from daemon.states import JobState
+from daemon.jobs.states import JobState
+from daemon.jobs.store import Job
 from daemon.status import Status
-from daemon.store import Job
 
 # No inline script or style, nothing from other origins, no framing, no forms.
 CSP = (

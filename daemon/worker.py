@@ -121,8 +121,8 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
 
 def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> None:
     from daemon import sniff
+    from daemon.document.page import pages_in_flight
     from daemon.engines import create_engine
-    from daemon.page import pages_in_flight
     from daemon.pipeline import PagePipeline
 
     try:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from daemon.page import Block, EngineInfo
+from daemon.document.page import Block, EngineInfo
 from daemon.protocol import (
     DocError,
     Inspect,

@@ -19,10 +19,10 @@ from typing import Any
 from daemon import raster
 from daemon.config.settings import LimitsConfig
 from daemon.crops import finish_page
+from daemon.document.page import PageOptions, no_progress
 from daemon.engines import mineru
 from daemon.engines.mineru import Prediction, run_page
 from daemon.formats.middle import PageData
-from daemon.page import PageOptions, no_progress
 from daemon.publish import DocumentFiles, document_files
 from daemon.sniff import inspect as inspect_document
 from daemon.textlayer import pdf_text_layer

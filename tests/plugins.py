@@ -26,7 +26,7 @@ from typing import Any
 
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig
-from daemon.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
+from daemon.document.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 
 _HOG: list[bytearray] = []
 
@@ -106,7 +106,7 @@ class FigureEngine:
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
         import dataclasses
 
-        from daemon.page import Block
+        from daemon.document.page import Block
 
         result = self.inner.parse_page(page, options, progress)
         figure = Block("image", self.bbox, text="a test picture", sub_type="natural_image",

@@ -867,6 +867,6 @@ def test_page_keys_are_exactly_the_page_options_fields() -> None:
     # field (or the reverse) would be lost on the way to the worker.
     import dataclasses
 
-    from daemon.page import PageOptions
+    from daemon.document.page import PageOptions
 
     assert {f.name for f in dataclasses.fields(PageOptions)} == set(PAGE_OPTION_KEYS)

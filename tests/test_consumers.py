@@ -29,8 +29,8 @@ import pytest
 from PIL import Image
 
 from daemon import publish
+from daemon.document.page import Block
 from daemon.formats.middle import PageData
-from daemon.page import Block
 
 SHA = "c" * 64
 RAGFLOW_KNOWN = {"text", "table", "image", "equation", "code", "list", "discarded"}

@@ -13,9 +13,7 @@ from daemon import raster, sniff
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig, LimitsConfig
-from daemon.engines import create_engine
-from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks
-from daemon.page import (
+from daemon.document.page import (
     PAGE_NUMBER,
     SOURCE_OCR,
     SOURCE_TEXT_LAYER,
@@ -27,6 +25,8 @@ from daemon.page import (
     PageResult,
     no_progress,
 )
+from daemon.engines import create_engine
+from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks
 from tests import docgen
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"

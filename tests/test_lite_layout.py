@@ -16,11 +16,7 @@ import pytest
 from PIL import Image
 
 from daemon.config.settings import EngineConfig
-from daemon.engines.lite import LiteEngine, _Line, compose_page
-from daemon.engines.orientation import box_to_original, upright
-from daemon.engines.reading_order import is_rtl, xy_cut
-from daemon.engines.regions import Region
-from daemon.page import (
+from daemon.document.page import (
     FOOTER,
     HEADER,
     IMAGE,
@@ -33,6 +29,10 @@ from daemon.page import (
     PageResult,
     no_progress,
 )
+from daemon.engines.lite import LiteEngine, _Line, compose_page
+from daemon.engines.orientation import box_to_original, upright
+from daemon.engines.reading_order import is_rtl, xy_cut
+from daemon.engines.regions import Region
 from tests import docgen
 
 LEFT = [f"Left column line {i} reads down" for i in range(1, 11)]

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from daemon.config.settings import EngineConfig
+from daemon.document.page import PageInput, PageOptions
 from daemon.engines.mineru import MinerUEngine, client_defaults, make_helper, run_page
 from daemon.engines.mineru_generate import (
     GenRequest,
@@ -24,7 +25,6 @@ from daemon.engines.mineru_generate import (
     estimate_prompt_tokens,
     plan_batches,
 )
-from daemon.page import PageInput, PageOptions
 from tests.tinymodel import randomize_language_model, tiny_model_once
 
 

@@ -18,6 +18,7 @@ from PIL import Image
 
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig, LimitsConfig, Precision
+from daemon.document.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
 from daemon.engines import create_engine
 from daemon.engines.mineru import (
     Prediction,
@@ -29,7 +30,6 @@ from daemon.engines.mineru import (
 from daemon.engines.mineru_model import auto_precision, resolve_weights
 from daemon.formats import content_list, markdown
 from daemon.formats.middle import PageData, build_middle
-from daemon.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
 from daemon.textlayer import TextLine
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
 

@@ -20,9 +20,9 @@ from daemon.common import display, errors
 from daemon.common.errors import FailureKind
 from daemon.config import settings as config
 from daemon.config.schema import declared
+from daemon.document.page import Block
 from daemon.formats import content_list, markdown
 from daemon.formats.middle import PageData, build_middle
-from daemon.page import Block
 from daemon.publish import as_pages
 
 SHA_A = "a" * 8 + "1" * 56

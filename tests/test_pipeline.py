@@ -15,8 +15,8 @@ import pytest
 
 from daemon import raster, sniff, textlayer
 from daemon.config.settings import Config, load_config
+from daemon.document.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 from daemon.engines import create_engine
-from daemon.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 from daemon.pipeline import PagePipeline
 from daemon.protocol import PageDone, ParsePage
 from tests.conftest import write_config

@@ -13,8 +13,8 @@ import pytest
 
 from daemon.config.settings import InboxConfig
 from daemon.ingest import IngestRetries
+from daemon.jobs.store import StoreBusy, StoreFull, _unavailable
 from daemon.reminder import Reminder
-from daemon.store import StoreBusy, StoreFull, _unavailable
 
 log = logging.getLogger("test.reminder")
 

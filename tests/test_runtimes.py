@@ -25,9 +25,9 @@ from PIL import Image
 
 from daemon.common.errors import DocumentError, EngineUnavailable
 from daemon.config.settings import EngineConfig, EngineHttpConfig, LlamaCppConfig
+from daemon.document.page import PageInput, PageOptions, no_progress
 from daemon.engines.http_runtime import ServerUnavailable, probe_server
 from daemon.engines.mineru import MinerUEngine
-from daemon.page import PageInput, PageOptions, no_progress
 from tests.llama_server import (
     MODEL_ID,
     REPO,
@@ -92,7 +92,7 @@ def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
     """The text-layer fill is the engine's, not the runtime's: on a born-digital PDF the
     server is asked for the layout only, and the block's text comes from the PDF."""
     from daemon.config.settings import LimitsConfig
-    from daemon.page import SOURCE_TEXT_LAYER
+    from daemon.document.page import SOURCE_TEXT_LAYER
     from daemon.raster import render_page
     from daemon.sniff import inspect
     from tests.docgen import make_text_pdf

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.states import TRANSITIONS, IllegalTransition, JobState, check_transition
-from daemon.store import SCHEMA_VERSION, IngestResult, SchemaError, Store
+from daemon.jobs.states import TRANSITIONS, IllegalTransition, JobState, check_transition
+from daemon.jobs.store import SCHEMA_VERSION, IngestResult, SchemaError, Store
 from tests.conftest import present
 
 
@@ -215,7 +215,7 @@ def test_runtime_facts_roundtrip(store: Store) -> None:
 
 
 def test_crops_and_model_answers_survive_a_restart_and_go_with_reprocess(tmp_path: Path) -> None:
-    from daemon.page import Crop
+    from daemon.document.page import Crop
 
     db = tmp_path / "state.sqlite3"
     s = Store(db)

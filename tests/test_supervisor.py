@@ -23,10 +23,10 @@ import pytest
 from daemon.common.live import CurrentDoc
 from daemon.config.settings import Config, load_config
 from daemon.ingest import Ingestor
+from daemon.jobs.states import TERMINAL, JobState
+from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.protocol import Inspect, ParsePage, Progress, Request
 from daemon.publish import Publisher
-from daemon.states import TERMINAL, JobState
-from daemon.store import Job, Store, StoreBusy
 from daemon.supervisor import Phase, Supervisor, exit_reason
 from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf

@@ -67,7 +67,7 @@ from daemon.config.values import (
     type_name,
 )
 from daemon.config.yamlfile import parse_yaml, read_text, yaml_problem
-from daemon.page import PageOptions
+from daemon.document.page import PageOptions
 
 __all__ = [
     "ConfigError",

@@ -14,7 +14,7 @@ from daemon.config.settings import BUILTIN_ENGINES
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig
-    from daemon.page import Engine
+    from daemon.document.page import Engine
 
 BUILTIN = BUILTIN_ENGINES
 

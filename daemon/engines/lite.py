@@ -39,17 +39,7 @@ import daemon.engines.regions as rg
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig
-from daemon.engines.junk import is_noise
-from daemon.engines.orientation import (
-    LineSample,
-    OcrOrientation,
-    Orientation,
-    TileOrientation,
-    box_to_original,
-    upright,
-)
-from daemon.engines.reading_order import is_rtl, xy_cut
-from daemon.page import (
+from daemon.document.page import (
     ASIDE_TEXT,
     FOOTER,
     HEADER,
@@ -69,6 +59,16 @@ from daemon.page import (
     PageResult,
     ProgressFn,
 )
+from daemon.engines.junk import is_noise
+from daemon.engines.orientation import (
+    LineSample,
+    OcrOrientation,
+    Orientation,
+    TileOrientation,
+    box_to_original,
+    upright,
+)
+from daemon.engines.reading_order import is_rtl, xy_cut
 
 log = logging.getLogger(__name__)
 

@@ -32,16 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from daemon.common.errors import DocumentError
-from daemon.engines.mineru_generate import (
-    BatchedGenerator,
-    GenRequest,
-    Prediction,
-    PredictManyFn,
-    RowDone,
-    capped,
-)
-from daemon.engines.runtime import Runtime
-from daemon.page import (
+from daemon.document.page import (
     EQUATION,
     SOURCE_MODEL,
     SOURCE_TEXT_LAYER,
@@ -53,6 +44,15 @@ from daemon.page import (
     PageResult,
     ProgressFn,
 )
+from daemon.engines.mineru_generate import (
+    BatchedGenerator,
+    GenRequest,
+    Prediction,
+    PredictManyFn,
+    RowDone,
+    capped,
+)
+from daemon.engines.runtime import Runtime
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig

@@ -15,10 +15,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from daemon.document.page import Block
 from daemon.formats import inline
 from daemon.formats.middle import AUXILIARY_TYPES, PageData, build_middle
 from daemon.formats.tables import formulas_inline, table_markdown
-from daemon.page import Block
 
 Node = dict[str, Any]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from daemon import __version__
 from daemon.formats.content_list import bbox_1000
-from daemon.store import Job
+from daemon.jobs.store import Job
 
 
 def document_meta(

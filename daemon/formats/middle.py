@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon import __version__
+from daemon.document.page import Block, crop_name
 from daemon.formats.inline import spans
 from daemon.formats.text import clean_text
-from daemon.page import Block, crop_name
 
 MIDDLE_SCHEMA = "docvortex.middle"
 MIDDLE_SCHEMA_VERSION = "2.0"

@@ -11,7 +11,7 @@ another process while the daemon writes):
   backup tool holding a lock makes us wait instead of fail.
 - Every write is one `BEGIN IMMEDIATE` transaction (huey's pattern): the write lock is
   taken up front, so two writers never deadlock upgrading read locks.
-- Every job state change goes through `daemon.states.check_transition`.
+- Every job state change goes through `daemon.jobs.states.check_transition`.
 - Timestamps are wall-clock seconds passed in by the caller (`now`), never read here, so
   tests drive time.
 
@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 import sqlite_utils
 
-from daemon.page import Crop
-from daemon.states import JobState, check_transition
+from daemon.document.page import Crop
+from daemon.jobs.states import JobState, check_transition
 
 SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 60_000

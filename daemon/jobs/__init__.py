@@ -1,0 +1,3 @@
+"""The record: the one module that owns SQL, and the job states with their one transition
+table.
+"""
