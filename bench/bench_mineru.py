@@ -379,8 +379,8 @@ def prepare_page(pdf: Path, page_idx: int, dpi: int, cache: Path) -> dict[str, A
     sys.path.insert(0, str(REPO))
     cache.mkdir(parents=True, exist_ok=True)
     from daemon.config.settings import LimitsConfig
-    from daemon.raster import render_page
-    from daemon.sniff import inspect
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
 
     limits = LimitsConfig()
     info = inspect(pdf, passwords=(), limits=limits)

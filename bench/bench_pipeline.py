@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.app import TICK_SECONDS
 from daemon.config.settings import check_paths, load_config
-from daemon.ingest import Ingestor
+from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Store
 from daemon.publish import Publisher

@@ -50,8 +50,8 @@ try:
 except ImportError:
     from daemon.document.page import PageOptions, no_progress
     from daemon.formats.markdown import pages_to_markdown
-    from daemon.raster import render_page
-    from daemon.sniff import inspect as inspect_document
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect as inspect_document
 
 
 @dataclass(frozen=True)

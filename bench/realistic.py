@@ -243,7 +243,7 @@ def layout_string(blocks: list[tuple[str, tuple[int, int, int, int]]]) -> str:
 
 def page_plan(pdf: Path, page_idx: int, count: QwenCounter | ModelCounter) -> PagePlan:
     sys.path.insert(0, str(REPO))
-    from daemon.textlayer import pdf_text_layer
+    from daemon.input.textlayer import pdf_text_layer
 
     lines = pdf_text_layer(pdf, None, page_idx)
     grouped = group_blocks(list(lines))

@@ -26,13 +26,13 @@ from daemon.common.errors import ExitCode
 from daemon.common.live import InboxFacts, Live
 from daemon.config.settings import Config, ConfigError, check_paths, http_token, load_config
 from daemon.httpserver import HttpServer, start_http_server
-from daemon.ingest import Ingestor, IngestRetries
+from daemon.intake.ingest import Ingestor, IngestRetries
+from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.notify import Notifier
 from daemon.publish import Publisher
 from daemon.reminder import Reminder
 from daemon.supervisor import Phase, Supervisor
-from daemon.watcher import Watcher
 
 log = logging.getLogger("docinbox")
 

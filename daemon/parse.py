@@ -18,7 +18,7 @@ from tqdm import tqdm
 
 from daemon.common.errors import ExitCode
 from daemon.config.settings import Config
-from daemon.ingest import sha256_file
+from daemon.intake.ingest import sha256_file
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
 from daemon.publish import Publisher

@@ -52,7 +52,7 @@ from daemon.document.page import (
 from daemon.protocol import PageDone, ParsePage
 
 if TYPE_CHECKING:  # sniff loads PDFium and Pillow: the worker's business only
-    from daemon.sniff import DocumentInfo
+    from daemon.input.sniff import DocumentInfo
 
 log = logging.getLogger("docinbox.worker")
 
@@ -141,7 +141,7 @@ class PagePipeline:
         self.closed = True
         self.slots.clear()
         if self._wants_text_layer():
-            from daemon import textlayer
+            from daemon.input import textlayer
 
             textlayer.forget_ahead()
 
@@ -244,7 +244,7 @@ class PagePipeline:
         try:
             slot.page = self._render(slot.page_idx)
             if not slot.parse and not self.closed and self._wants_text_layer():
-                from daemon import textlayer
+                from daemon.input import textlayer
 
                 textlayer.read_ahead(self.path, self.doc.password, slot.page_idx)
             if slot.parse and not self.closed:
@@ -263,7 +263,7 @@ class PagePipeline:
             slot.done.set()
 
     def _render(self, page_idx: int) -> PageInput:
-        from daemon import raster
+        from daemon.input import raster
 
         with self.render_lock:
             return raster.render_page(

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from daemon import sniff
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import DEFAULT_PATTERNS, LimitsConfig
-from daemon.raster import render_page
+from daemon.input import sniff
+from daemon.input.raster import render_page
 from tests import docgen
 
 LINES = ["Invoice 2024-117", "Total due 348.20 EUR"]

@@ -34,6 +34,8 @@ Side = Literal["shared", "worker", "daemon", "entry"]
 LAYERS: dict[str, tuple[int, Side]] = {
     # Foundations: vocabulary every side shares. Nothing here knows the data path.
     "daemon": (0, "shared"),  # only __version__
+    "daemon.intake": (0, "shared"),  # a package's docstring
+    "daemon.input": (0, "shared"),  # a package's docstring
     "daemon.jobs": (0, "shared"),  # a package's docstring
     "daemon.document": (0, "shared"),  # a package's docstring
     "daemon.config": (0, "shared"),  # a package's docstring
@@ -61,10 +63,10 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.runtime": (10, "shared"),
     "daemon.engines.http_runtime": (10, "shared"),
     # Worker side, bottom up: reading a file, then the engines, then the worker process.
-    "daemon.office": (20, "worker"),
-    "daemon.sniff": (20, "worker"),
-    "daemon.raster": (30, "worker"),
-    "daemon.textlayer": (30, "worker"),
+    "daemon.input.office": (20, "worker"),
+    "daemon.input.sniff": (20, "worker"),
+    "daemon.input.raster": (30, "worker"),
+    "daemon.input.textlayer": (30, "worker"),
     "daemon.crops": (30, "worker"),
     "daemon.engines.junk": (30, "worker"),
     "daemon.engines.orientation": (30, "worker"),
@@ -80,13 +82,13 @@ LAYERS: dict[str, tuple[int, Side]] = {
     # Daemon side along the data path: the record, then watcher -> ingest -> supervisor
     # -> output. A stage never imports the one that feeds it; app wires them together.
     "daemon.jobs.store": (60, "daemon"),
-    "daemon.ignore": (70, "daemon"),
-    "daemon.mounts": (70, "daemon"),
-    "daemon.stability": (70, "daemon"),
-    "daemon.observers": (70, "daemon"),
-    "daemon.watcher": (70, "daemon"),
+    "daemon.intake.ignore": (70, "daemon"),
+    "daemon.intake.mounts": (70, "daemon"),
+    "daemon.intake.stability": (70, "daemon"),
+    "daemon.intake.observers": (70, "daemon"),
+    "daemon.intake.watcher": (70, "daemon"),
     "daemon.originals": (80, "daemon"),
-    "daemon.ingest": (80, "daemon"),
+    "daemon.intake.ingest": (80, "daemon"),
     "daemon.reprobe": (90, "daemon"),
     "daemon.supervisor": (90, "daemon"),
     "daemon.formats": (100, "daemon"),
@@ -158,10 +160,10 @@ def test_every_module_has_a_layer() -> None:
 
 def test_the_rule_can_fail() -> None:
     assert not may_import("daemon.jobs.store", "daemon.supervisor")  # upwards
-    assert not may_import("daemon.publish", "daemon.raster")  # daemon -> worker side
+    assert not may_import("daemon.publish", "daemon.input.raster")  # daemon -> worker side
     assert not may_import("daemon.engines.lite", "daemon.jobs.store")  # worker -> daemon side
     assert may_import("daemon.supervisor", "daemon.worker")  # the process boundary
-    assert may_import("daemon.ingest", "daemon.jobs.store")
+    assert may_import("daemon.intake.ingest", "daemon.jobs.store")
 
 
 def test_no_module_imports_one_above_it_or_across_the_process_boundary() -> None:

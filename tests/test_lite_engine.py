@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from daemon import raster, sniff
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig, LimitsConfig
@@ -27,6 +26,7 @@ from daemon.document.page import (
 )
 from daemon.engines import create_engine
 from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks
+from daemon.input import raster, sniff
 from tests import docgen
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"

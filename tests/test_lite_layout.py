@@ -147,8 +147,8 @@ def test_running_head_on_every_page_is_not_a_heading(
     pdf = docgen.make_text_pdf(tmp_path / "heads.pdf", pages, page_size=(595, 842))
     _move_first_line_to_top_margin(pdf)
     from daemon.config.settings import LimitsConfig
-    from daemon.raster import render_page
-    from daemon.sniff import inspect
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
 
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     for idx in range(3):
@@ -306,8 +306,8 @@ def test_pdf_rotate_is_applied_before_orientation_is_judged(
     from pypdf import PdfReader, PdfWriter
 
     from daemon.config.settings import LimitsConfig
-    from daemon.raster import render_page
-    from daemon.sniff import inspect
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
 
     lines = ["Quarterly figures for the board", "Revenue rose in every region"]
     # Stored a quarter turn counter-clockwise ...
@@ -334,8 +334,8 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
 
     from daemon.config.settings import LimitsConfig
     from daemon.crops import finish_page
-    from daemon.raster import render_page
-    from daemon.sniff import inspect
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
 
     text = docgen.make_text_pdf(
         tmp_path / "text.pdf",

@@ -30,7 +30,7 @@ from daemon.engines.mineru import (
 from daemon.engines.mineru_model import auto_precision, resolve_weights
 from daemon.formats import content_list, markdown
 from daemon.formats.middle import PageData, build_middle
-from daemon.textlayer import TextLine
+from daemon.input.textlayer import TextLine
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
 
 LAYOUT_PROMPT = "\nLayout Detection:"
@@ -295,8 +295,8 @@ def test_tiny_model_runs_every_stage_in_each_precision(
 def test_tiny_model_with_a_born_digital_pdf_uses_its_text_layer(
     tiny_model: Path, tmp_path: Path
 ) -> None:
-    from daemon.raster import render_page
-    from daemon.sniff import inspect
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
     from tests.docgen import make_text_pdf
 
     body = [f"Line number {i} of the report body text." for i in range(40)]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon import office, sniff
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import DEFAULT_PATTERNS, EngineConfig, LimitsConfig
-from daemon.raster import render_page
+from daemon.input import office, sniff
+from daemon.input.raster import render_page
 from tests import docgen
 
 PARAGRAPHS = ["The quarterly report shows steady growth.", "Costs fell by four percent."]

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from daemon import raster, sniff, textlayer
 from daemon.config.settings import Config, load_config
 from daemon.document.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 from daemon.engines import create_engine
+from daemon.input import raster, sniff, textlayer
 from daemon.pipeline import PagePipeline
 from daemon.protocol import PageDone, ParsePage
 from tests.conftest import write_config

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config.settings import InboxConfig
-from daemon.ingest import IngestRetries
+from daemon.intake.ingest import IngestRetries
 from daemon.jobs.store import StoreBusy, StoreFull, _unavailable
 from daemon.reminder import Reminder
 

@@ -93,8 +93,8 @@ def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
     server is asked for the layout only, and the block's text comes from the PDF."""
     from daemon.config.settings import LimitsConfig
     from daemon.document.page import SOURCE_TEXT_LAYER
-    from daemon.raster import render_page
-    from daemon.sniff import inspect
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
     from tests.docgen import make_text_pdf
 
     lines = [f"Line {i} of a born-digital page, read from its own text layer." for i in range(12)]

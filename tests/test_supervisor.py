@@ -22,7 +22,7 @@ import pytest
 
 from daemon.common.live import CurrentDoc
 from daemon.config.settings import Config, load_config
-from daemon.ingest import Ingestor
+from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.protocol import Inspect, ParsePage, Progress, Request

@@ -1,4 +1,4 @@
-"""Tests for inbox watching: name rules (daemon/ignore.py), observer choice (mounts.py),
+"""Tests for inbox watching: name rules (daemon/intake/ignore.py), observer choice (mounts.py),
 stability (stability.py), observers (observers.py) and scans (watcher.py).
 
 Time is always injected (`tick(now)` with made-up monotonic seconds); nothing sleeps.
@@ -31,7 +31,7 @@ from watchdog.events import (
 )
 
 from daemon.config.settings import InboxConfig, WatchMode
-from daemon.ignore import (
+from daemon.intake.ignore import (
     is_candidate,
     is_candidate_name,
     is_ignored_dir_name,
@@ -39,7 +39,7 @@ from daemon.ignore import (
     is_rsync_temp_name,
     matches_patterns,
 )
-from daemon.mounts import (
+from daemon.intake.mounts import (
     MountEntry,
     ObserverKind,
     choose_observer_kind,
@@ -47,9 +47,9 @@ from daemon.mounts import (
     is_network_fstype,
     parse_mountinfo,
 )
-from daemon.observers import ObserverLike, reports_close_write
-from daemon.stability import FileStabilityTracker, StatSignature
-from daemon.watcher import Watcher
+from daemon.intake.observers import ObserverLike, reports_close_write
+from daemon.intake.stability import FileStabilityTracker, StatSignature
+from daemon.intake.watcher import Watcher
 
 STABLE = 5.0
 
@@ -512,7 +512,7 @@ def test_the_cap_releases_a_file_whose_close_event_was_lost(
     files.set(P, 200, 2)
     tracker.observe(P, 30.0, open_for_write=True)  # the cap counts from the last write
     assert run_ticks(tracker, 0.0, 89.5) == []
-    with caplog.at_level(logging.WARNING, logger="daemon.watcher"):
+    with caplog.at_level(logging.WARNING, logger="daemon.intake.watcher"):
         assert run_ticks(tracker, 90.0, 100.0) == [(90.0, P)]
     assert "still open for writing" in caplog.text
     assert tracker.open_for_write_count == 0
@@ -1169,7 +1169,7 @@ def test_files_of_no_document_type_are_logged_once_counted_and_left_alone(
     write(tmp_path / ".DS_Store", b"junk")  # junk is never reported
     write(tmp_path / "~$a.docx", b"lock")  # nor are Office lock files
     watcher = make_watcher(InboxConfig(path=tmp_path, patterns=("*.pdf",)), rescan=10.0)
-    with caplog.at_level(logging.INFO, logger="daemon.watcher"):
+    with caplog.at_level(logging.INFO, logger="daemon.intake.watcher"):
         assert ticks(watcher, 0.0, 10.0) == [tmp_path / "report.pdf"]
         watcher.tick(20.0)  # another full rescan: no second log line
     logged = [r.getMessage() for r in caplog.records if "not a document type" in r.getMessage()]

@@ -228,7 +228,7 @@ class LiteEngine:
         angle = 0
         frame = page.image
         if page.pdf_path is not None and options.text_layer == "auto":
-            from daemon.textlayer import (
+            from daemon.input.textlayer import (
                 pdf_image_boxes,
                 pdf_text_layer,
                 text_layer_is_trustworthy,

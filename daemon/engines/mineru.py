@@ -56,7 +56,7 @@ from daemon.engines.runtime import Runtime
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig
-    from daemon.textlayer import TextLine
+    from daemon.input.textlayer import TextLine
 
     from .mineru_model import LoadedModel
 
@@ -174,7 +174,7 @@ def fill_from_text_layer(blocks: Sequence[Any], lines: Sequence[TextLine]) -> di
     Returns {id(block): text} for the blocks that were filled (the caller skips the model
     for those). Blocks whose box holds no text-layer text are left to the model.
     """
-    from daemon.textlayer import text_in_bbox
+    from daemon.input.textlayer import text_in_bbox
 
     filled: dict[int, str] = {}
     for block in blocks:
@@ -240,7 +240,7 @@ def run_page(
             # A broken text layer on a page that rendered fine: the pixels still work.
             lines, stats.text_layer = None, "error"
         if lines is not None:
-            from daemon.textlayer import text_layer_is_trustworthy
+            from daemon.input.textlayer import text_layer_is_trustworthy
 
             if text_layer_is_trustworthy(lines):
                 filled = fill_from_text_layer(blocks, lines)
@@ -543,7 +543,7 @@ class MinerUEngine:
     def _text_layer(page: PageInput) -> Sequence[TextLine] | None:
         if page.pdf_path is None:
             return None
-        from daemon.textlayer import pdf_text_layer
+        from daemon.input.textlayer import pdf_text_layer
 
         return pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
 

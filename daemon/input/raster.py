@@ -19,7 +19,7 @@ from PIL import Image, ImageOps
 
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.document.page import PageInput
-from daemon.sniff import (
+from daemon.input.sniff import (
     DECODE_ERRORS,
     PDFIUM_LOCK,
     DocumentInfo,

@@ -25,7 +25,7 @@ from PIL import Image, UnidentifiedImageError
 
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import LimitsConfig
-from daemon.office import OFFICE_FORMATS, convert_to_pdf, office_format
+from daemon.input.office import OFFICE_FORMATS, convert_to_pdf, office_format
 
 DocKind = Literal["pdf", "image"]
 

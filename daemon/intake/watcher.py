@@ -10,13 +10,14 @@ Events are hints, the folder is the truth (the paperless-ngx / huey approach):
   walks every inbox on the first tick and every `rescan_seconds` after that (this is what
   catches lost events, a full inotify queue, files that arrived while the daemon was down,
   a NAS that was remounted), and returns the files that have stopped changing.
-- A file is ready when it stopped changing for `stability_seconds` (daemon/stability.py;
+- A file is ready when it stopped changing for `stability_seconds` (daemon/intake/stability.py;
   files still open for writing and empty files wait longer). The caller still
   de-duplicates by content.
 
-The parts: which names count (daemon/ignore.py), which observer an inbox gets
-(daemon/mounts.py), the stability tracker (daemon/stability.py), the observers and their
-event handler (daemon/observers.py). This module ties them together per inbox.
+The parts: which names count (daemon/intake/ignore.py), which observer an inbox gets
+(daemon/intake/mounts.py), the stability tracker (daemon/intake/stability.py), the
+observers and their event handler (daemon/intake/observers.py). This module ties them
+together per inbox.
 
 Nothing here hashes files or touches the database, and nothing sleeps: time is passed in.
 """
@@ -37,15 +38,15 @@ from typing import TYPE_CHECKING
 
 from daemon.common.display import safe_display
 from daemon.config.settings import InboxConfig
-from daemon.ignore import (
+from daemon.intake.ignore import (
     absolute_path,
     is_candidate,
     is_candidate_name,
     is_ignored_dir_name,
     is_ignored_file_name,
 )
-from daemon.mounts import ObserverChoice, ObserverKind, choose_observer_kind
-from daemon.observers import (
+from daemon.intake.mounts import ObserverChoice, ObserverKind, choose_observer_kind
+from daemon.intake.observers import (
     EVENT_FILTER,
     EventHandler,
     HintKind,
@@ -56,7 +57,7 @@ from daemon.observers import (
     observer_healthy,
     reports_close_write,
 )
-from daemon.stability import (
+from daemon.intake.stability import (
     DEFAULT_OPEN_WRITE_CAP_SECONDS,
     FileStabilityTracker,
     StatFn,

@@ -22,7 +22,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.sniff import PDFIUM_LOCK, load_page, open_known_pdf
+from daemon.input.sniff import PDFIUM_LOCK, load_page, open_known_pdf
 
 Box = tuple[float, float, float, float]  # normalised 0..1, origin top-left
 

@@ -27,8 +27,8 @@ from watchdog.events import (
 )
 
 from daemon.config.settings import InboxConfig
-from daemon.ignore import is_ignored_file_name, matches_patterns
-from daemon.mounts import ObserverKind
+from daemon.intake.ignore import is_ignored_file_name, matches_patterns
+from daemon.intake.mounts import ObserverKind
 
 logger = logging.getLogger(__name__)
 
