@@ -34,7 +34,7 @@ from daemon.config.settings import check_paths, load_config
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Store
-from daemon.publish import Publisher
+from daemon.output.publish import Publisher
 from daemon.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[1]

@@ -44,14 +44,15 @@ from daemon.config.settings import EngineConfig, LimitsConfig  # noqa: E402
 # editable install of a newer docinbox could otherwise lend it the newer subpackages.
 try:
     from daemon.engines.base import PageOptions, no_progress  # type: ignore[import-not-found]
-    from daemon.output import pages_to_markdown  # type: ignore[import-not-found]
     from daemon.render import inspect as inspect_document  # type: ignore[import-not-found]
     from daemon.render import render_page  # mypy reports a missing module only once
+
+    from daemon.output import pages_to_markdown  # type: ignore[attr-defined]
 except ImportError:
     from daemon.document.page import PageOptions, no_progress
-    from daemon.formats.markdown import pages_to_markdown
     from daemon.input.raster import render_page
     from daemon.input.sniff import inspect as inspect_document
+    from daemon.output.formats.markdown import pages_to_markdown
 
 
 @dataclass(frozen=True)

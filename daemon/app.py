@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from daemon import __version__, outbox
+from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
 from daemon.common.live import InboxFacts, Live
@@ -30,7 +30,8 @@ from daemon.intake.ingest import Ingestor, IngestRetries
 from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.notify import Notifier
-from daemon.publish import Publisher
+from daemon.output import outbox
+from daemon.output.publish import Publisher
 from daemon.reminder import Reminder
 from daemon.supervisor import Phase, Supervisor
 

@@ -21,7 +21,7 @@ from daemon.config.settings import Config
 from daemon.intake.ingest import sha256_file
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
-from daemon.publish import Publisher
+from daemon.output.publish import Publisher
 from daemon.supervisor import Phase, Supervisor
 
 

@@ -63,7 +63,7 @@ log = logging.getLogger("docinbox.supervisor")
 
 
 class Outcomes(Protocol):
-    """What happens to a document once the worker is done with it (see daemon.publish)."""
+    """What happens to a document once the worker is done with it (see daemon.output.publish)."""
 
     def complete(self, job: Job, engine: dict[str, Any]) -> str:
         """Write the outbox folder, dispose of the original; return the output folder.

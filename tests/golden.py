@@ -21,11 +21,11 @@ from daemon.crops import finish_page
 from daemon.document.page import PageOptions, no_progress
 from daemon.engines import mineru
 from daemon.engines.mineru import Prediction, run_page
-from daemon.formats.middle import PageData
 from daemon.input import raster
 from daemon.input.sniff import inspect as inspect_document
 from daemon.input.textlayer import pdf_text_layer
-from daemon.publish import DocumentFiles, document_files
+from daemon.output.formats.middle import PageData
+from daemon.output.publish import DocumentFiles, document_files
 
 # ../shared relative to the repository root, as every test that uses shared material.
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

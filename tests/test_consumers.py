@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from daemon import publish
 from daemon.document.page import Block
-from daemon.formats.middle import PageData
+from daemon.output import publish
+from daemon.output.formats.middle import PageData
 
 SHA = "c" * 64
 RAGFLOW_KNOWN = {"text", "table", "image", "equation", "code", "list", "discarded"}

@@ -34,6 +34,7 @@ Side = Literal["shared", "worker", "daemon", "entry"]
 LAYERS: dict[str, tuple[int, Side]] = {
     # Foundations: vocabulary every side shares. Nothing here knows the data path.
     "daemon": (0, "shared"),  # only __version__
+    "daemon.output": (0, "shared"),  # a package's docstring
     "daemon.intake": (0, "shared"),  # a package's docstring
     "daemon.input": (0, "shared"),  # a package's docstring
     "daemon.jobs": (0, "shared"),  # a package's docstring
@@ -48,7 +49,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.common.cpus": (0, "shared"),
     "daemon.auth": (0, "shared"),
     "daemon.common.live": (0, "shared"),
-    "daemon.durable": (0, "shared"),
+    "daemon.output.durable": (0, "shared"),
     "daemon.notify": (0, "shared"),
     "daemon.reminder": (0, "shared"),
     "daemon.protocol": (0, "shared"),
@@ -87,21 +88,21 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.intake.stability": (70, "daemon"),
     "daemon.intake.observers": (70, "daemon"),
     "daemon.intake.watcher": (70, "daemon"),
-    "daemon.originals": (80, "daemon"),
+    "daemon.output.originals": (80, "daemon"),
     "daemon.intake.ingest": (80, "daemon"),
     "daemon.reprobe": (90, "daemon"),
     "daemon.supervisor": (90, "daemon"),
-    "daemon.formats": (100, "daemon"),
-    "daemon.formats.text": (100, "daemon"),
-    "daemon.formats.inline": (100, "daemon"),
-    "daemon.formats.tables": (100, "daemon"),
-    "daemon.formats.middle": (100, "daemon"),
-    "daemon.formats.content_list": (100, "daemon"),
-    "daemon.formats.markdown": (100, "daemon"),
-    "daemon.formats.model": (100, "daemon"),
-    "daemon.formats.meta": (100, "daemon"),
-    "daemon.outbox": (100, "daemon"),
-    "daemon.publish": (100, "daemon"),
+    "daemon.output.formats": (100, "daemon"),
+    "daemon.output.formats.text": (100, "daemon"),
+    "daemon.output.formats.inline": (100, "daemon"),
+    "daemon.output.formats.tables": (100, "daemon"),
+    "daemon.output.formats.middle": (100, "daemon"),
+    "daemon.output.formats.content_list": (100, "daemon"),
+    "daemon.output.formats.markdown": (100, "daemon"),
+    "daemon.output.formats.model": (100, "daemon"),
+    "daemon.output.formats.meta": (100, "daemon"),
+    "daemon.output.outbox": (100, "daemon"),
+    "daemon.output.publish": (100, "daemon"),
     # Surfaces: what the daemon is doing, read from everything below.
     "daemon.status": (110, "daemon"),
     "daemon.health": (120, "daemon"),
@@ -160,7 +161,7 @@ def test_every_module_has_a_layer() -> None:
 
 def test_the_rule_can_fail() -> None:
     assert not may_import("daemon.jobs.store", "daemon.supervisor")  # upwards
-    assert not may_import("daemon.publish", "daemon.input.raster")  # daemon -> worker side
+    assert not may_import("daemon.output.publish", "daemon.input.raster")  # daemon -> worker side
     assert not may_import("daemon.engines.lite", "daemon.jobs.store")  # worker -> daemon side
     assert may_import("daemon.supervisor", "daemon.worker")  # the process boundary
     assert may_import("daemon.intake.ingest", "daemon.jobs.store")

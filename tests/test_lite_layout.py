@@ -420,8 +420,8 @@ def test_captions_get_mineru_caption_types() -> None:
 
 
 def test_a_caption_folds_into_its_figure_in_content_list() -> None:
-    from daemon.formats.content_list import content_list
-    from daemon.formats.middle import PageData, build_middle
+    from daemon.output.formats.content_list import content_list
+    from daemon.output.formats.middle import PageData, build_middle
 
     lines = [L("Figure 1: A landscape", 0.1, 0.62, 0.5)]
     regions = [

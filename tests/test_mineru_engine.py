@@ -28,9 +28,9 @@ from daemon.engines.mineru import (
     run_page,
 )
 from daemon.engines.mineru_model import auto_precision, resolve_weights
-from daemon.formats import content_list, markdown
-from daemon.formats.middle import PageData, build_middle
 from daemon.input.textlayer import TextLine
+from daemon.output.formats import content_list, markdown
+from daemon.output.formats.middle import PageData, build_middle
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
 
 LAYOUT_PROMPT = "\nLayout Detection:"

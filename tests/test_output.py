@@ -14,16 +14,17 @@ from typing import Any
 
 import pytest
 
-from daemon import __version__, durable, originals, publish
-from daemon import outbox as outbox_writer
+from daemon import __version__
 from daemon.common import display, errors
 from daemon.common.errors import FailureKind
 from daemon.config import settings as config
 from daemon.config.schema import declared
 from daemon.document.page import Block
-from daemon.formats import content_list, markdown
-from daemon.formats.middle import PageData, build_middle
-from daemon.publish import as_pages
+from daemon.output import durable, originals, publish
+from daemon.output import outbox as outbox_writer
+from daemon.output.formats import content_list, markdown
+from daemon.output.formats.middle import PageData, build_middle
+from daemon.output.publish import as_pages
 
 SHA_A = "a" * 8 + "1" * 56
 SHA_B = "b" * 8 + "2" * 56

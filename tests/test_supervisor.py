@@ -25,8 +25,8 @@ from daemon.config.settings import Config, load_config
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Store, StoreBusy
+from daemon.output.publish import Publisher
 from daemon.protocol import Inspect, ParsePage, Progress, Request
-from daemon.publish import Publisher
 from daemon.supervisor import Phase, Supervisor, exit_reason
 from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf

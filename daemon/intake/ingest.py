@@ -16,11 +16,11 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
-from daemon import originals
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
 from daemon.config.settings import Config, InboxConfig
 from daemon.jobs.store import IngestResult, Store
+from daemon.output import originals
 
 log = logging.getLogger("docinbox.ingest")
 

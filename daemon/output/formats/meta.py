@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon import __version__
-from daemon.formats.content_list import bbox_1000
 from daemon.jobs.store import Job
+from daemon.output.formats.content_list import bbox_1000
 
 
 def document_meta(

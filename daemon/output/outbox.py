@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 
 from daemon.common.display import safe_display
-from daemon.durable import (
+from daemon.output.durable import (
     TMP_DIR_NAME,
     check_subdir,
     ensure_dir,

@@ -23,18 +23,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon import __version__, originals, outbox
+from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
 from daemon.config.settings import Config
 from daemon.document.page import Block
-from daemon.durable import json_bytes
-from daemon.formats.content_list import content_list, content_list_v2
-from daemon.formats.markdown import markdown
-from daemon.formats.meta import document_meta
-from daemon.formats.middle import PageData, build_middle
-from daemon.formats.model import model_json
 from daemon.jobs.store import Job, Store
+from daemon.output import originals, outbox
+from daemon.output.durable import json_bytes
+from daemon.output.formats.content_list import content_list, content_list_v2
+from daemon.output.formats.markdown import markdown
+from daemon.output.formats.meta import document_meta
+from daemon.output.formats.middle import PageData, build_middle
+from daemon.output.formats.model import model_json
 
 log = logging.getLogger("docinbox.publish")
 

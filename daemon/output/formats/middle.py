@@ -26,8 +26,8 @@ from typing import Any
 
 from daemon import __version__
 from daemon.document.page import Block, crop_name
-from daemon.formats.inline import spans
-from daemon.formats.text import clean_text
+from daemon.output.formats.inline import spans
+from daemon.output.formats.text import clean_text
 
 MIDDLE_SCHEMA = "docvortex.middle"
 MIDDLE_SCHEMA_VERSION = "2.0"

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from daemon.common.errors import FailureKind, hint_for
-from daemon.durable import (
+from daemon.output.durable import (
     check_subdir,
     ensure_dir,
     fsync_dir,

@@ -13,8 +13,8 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from daemon.formats import inline, tables
-from daemon.formats.inline import Span
+from daemon.output.formats import inline, tables
+from daemon.output.formats.inline import Span
 
 Node = dict[str, Any]
 

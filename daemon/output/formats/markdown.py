@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon.document.page import Block
-from daemon.formats import inline
-from daemon.formats.middle import AUXILIARY_TYPES, PageData, build_middle
-from daemon.formats.tables import formulas_inline, table_markdown
+from daemon.output.formats import inline
+from daemon.output.formats.middle import AUXILIARY_TYPES, PageData, build_middle
+from daemon.output.formats.tables import formulas_inline, table_markdown
 
 Node = dict[str, Any]
 

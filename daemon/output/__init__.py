@@ -1,0 +1,3 @@
+"""The end of the data path: rendering a finished document's files and publishing them
+atomically.
+"""
