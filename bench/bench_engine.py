@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.document.page import PageInput, PageOptions, PageResult, ProgressFn
-from daemon.engines.mineru import MinerUEngine
+from daemon.engines.mineru.engine import MinerUEngine
 
 
 @dataclass

@@ -146,7 +146,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         from mineru_vl_utils import MinerUClient
         from mineru_vl_utils.transformers_loading import load_transformers_model
 
-        from daemon.engines.mineru_model import load_processor
+        from daemon.engines.mineru.runtimes.transformers_model import load_processor
 
         t_load = time.monotonic()
         # mineru-vl-utils' README loader (dtype="auto", its tie_word_embeddings fix).
@@ -173,7 +173,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         cpu1 = time.process_time()
         record["blocks_out"] = len(extracted)
     else:
-        from daemon.engines.mineru import MinerUEngine
+        from daemon.engines.mineru.engine import MinerUEngine
 
         # textlayer: what a user gets by default (precision auto, text_layer auto)
         precision = "auto" if path == "textlayer" else path
@@ -347,7 +347,7 @@ def machine_facts() -> dict[str, Any]:
     except OSError:
         pass
     sys.path.insert(0, str(REPO))
-    from daemon.engines.mineru_model import auto_precision, cpu_flags
+    from daemon.engines.mineru.runtimes.transformers_model import auto_precision, cpu_flags
 
     flags = cpu_flags()
     facts["flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))
@@ -637,7 +637,7 @@ def main(argv: list[str] | None = None) -> int:
     if "document" in paths and not args.realistic:
         parser.error("the document path needs --realistic")
     sys.path.insert(0, str(REPO))
-    from daemon.engines.mineru_model import auto_precision
+    from daemon.engines.mineru.runtimes.transformers_model import auto_precision
 
     if "auto" in paths and auto_precision() in paths:
         # The same configuration twice: keep `auto`, the name the target is stated in.

@@ -148,7 +148,7 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     from daemon.config.settings import EngineConfig, EngineHttpConfig
     from daemon.document.page import PageInput, PageOptions, no_progress
-    from daemon.engines.mineru import MinerUEngine
+    from daemon.engines.mineru.engine import MinerUEngine
 
     image = Image.open(args.page).convert("RGB")
     options = PageOptions(text_layer="off", max_new_tokens_layout=64, max_new_tokens_block=64)
@@ -203,7 +203,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     from daemon.config.settings import EngineConfig, LlamaCppConfig
     from daemon.document.page import PageInput, PageOptions, no_progress
-    from daemon.engines.mineru import MinerUEngine
+    from daemon.engines.mineru.engine import MinerUEngine
 
     runtime = spec["runtime"]
     cfg = EngineConfig(

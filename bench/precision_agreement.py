@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(REPO))
-    from daemon.engines.mineru_model import load_model
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
 
     items = requests()
     results: dict[str, Any] = {"requests": len(items), "tokens": args.tokens, "precisions": {}}

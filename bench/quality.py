@@ -158,7 +158,7 @@ def windowed_cer(pages: list[str], ref: str) -> float:
 
 
 def make_engine(orientation: str | None) -> Any:
-    from daemon.engines import lite
+    from daemon.engines.lite import engine as lite
 
     kwargs: dict[str, Any] = {}
     if orientation and "orientation" in inspect.signature(lite.LiteEngine).parameters:

@@ -376,7 +376,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 def cmd_model(args: argparse.Namespace) -> int:
     from daemon import model
-    from daemon.engines.mineru_model import DEFAULT_MODEL, looks_like_path
+    from daemon.engines.mineru.runtimes.transformers_model import DEFAULT_MODEL, looks_like_path
 
     path = resolve_config_path(args.config)
     cfg = load_or_exit(args.config, check=False) if path.exists() else None

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from daemon.common.errors import EngineUnavailable
-from daemon.engines.http_runtime import choose_model, probe_server
-from daemon.engines.llama_cpp_runtime import gguf_pair_for, pair_in_folder, resolve_gguf
-from daemon.engines.mineru_model import (
+from daemon.engines.mineru.runtimes.base import PRO_MODEL
+from daemon.engines.mineru.runtimes.http import choose_model, probe_server
+from daemon.engines.mineru.runtimes.llama_cpp import gguf_pair_for, pair_in_folder, resolve_gguf
+from daemon.engines.mineru.runtimes.transformers_model import (
     DEFAULT_MODEL,
     commit_of,
     load_model,
     looks_like_path,
     resolve_weights,
 )
-from daemon.engines.runtime import PRO_MODEL
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig, LlamaCppConfig
@@ -224,7 +224,7 @@ def runtime_info(engine: EngineConfig, model: str, try_load: bool) -> dict[str, 
     )
     if try_load:
         from daemon.common.cpus import resolve_threads
-        from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
+        from daemon.engines.mineru.runtimes.llama_cpp import LlamaCppRuntime
 
         threads = resolve_threads(engine.llama_cpp.threads or engine.threads)
         try:

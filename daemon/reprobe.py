@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineHttpConfig
-from daemon.engines.http_runtime import ServerProbe, choose_model, probe_server
+from daemon.engines.mineru.runtimes.http import ServerProbe, choose_model, probe_server
 
 log = logging.getLogger("docinbox.reprobe")
 

@@ -41,7 +41,7 @@ from daemon.common.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerF
 from daemon.config.folders import folder_in_error
 from daemon.config.settings import Config, page_options_for, parse_page_range
 from daemon.document.page import PageOptions
-from daemon.engines.http_runtime import display_url
+from daemon.engines.mineru.runtimes.http import display_url
 from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.protocol import (
     DocError,

@@ -121,7 +121,7 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
 
 def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> None:
     from daemon.document.page import pages_in_flight
-    from daemon.engines import create_engine
+    from daemon.engines.registry import create_engine
     from daemon.input import sniff
     from daemon.pipeline import PagePipeline
 

@@ -19,8 +19,8 @@ from typing import Any
 from daemon.config.settings import LimitsConfig
 from daemon.crops import finish_page
 from daemon.document.page import PageOptions, no_progress
-from daemon.engines import mineru
-from daemon.engines.mineru import Prediction, run_page
+from daemon.engines.mineru import engine as mineru
+from daemon.engines.mineru.engine import Prediction, run_page
 from daemon.input import raster
 from daemon.input.sniff import inspect as inspect_document
 from daemon.input.textlayer import pdf_text_layer

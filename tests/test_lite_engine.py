@@ -24,8 +24,8 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines import create_engine
-from daemon.engines.lite import LiteEngine, _bundled_models, _Line, layout_blocks
+from daemon.engines.lite.engine import LiteEngine, _bundled_models, _Line, layout_blocks
+from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff
 from tests import docgen
 

@@ -29,10 +29,10 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite import LiteEngine, _Line, compose_page
-from daemon.engines.orientation import box_to_original, upright
-from daemon.engines.reading_order import is_rtl, xy_cut
-from daemon.engines.regions import Region
+from daemon.engines.lite.engine import LiteEngine, _Line, compose_page
+from daemon.engines.lite.orientation import box_to_original, upright
+from daemon.engines.lite.reading_order import is_rtl, xy_cut
+from daemon.engines.lite.regions import Region
 from tests import docgen
 
 LEFT = [f"Left column line {i} reads down" for i in range(1, 11)]
@@ -380,7 +380,7 @@ def test_text_layer_leaders_are_kept_and_ocr_noise_is_not() -> None:
 def test_a_picture_without_text_is_never_turned(offline: pytest.MonkeyPatch, turn: int) -> None:
     # The classifier knows text; on a photo it answers "90" with confidence. Only tiles
     # that look like print on paper, and only sure answers, vote.
-    from daemon.engines.orientation import TileOrientation
+    from daemon.engines.lite.orientation import TileOrientation
 
     photo = Image.new("RGB", (1600, 1200), "white")
     docgen.draw_figure(photo, (0, 0, 1599, 1199))

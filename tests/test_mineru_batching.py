@@ -16,10 +16,10 @@ from PIL import Image, ImageDraw
 
 from daemon.config.settings import EngineConfig
 from daemon.document.page import PageInput, PageOptions
-from daemon.engines.mineru import MinerUEngine, client_defaults, make_helper, run_page
-from daemon.engines.mineru_generate import (
+from daemon.engines.mineru.engine import MinerUEngine, client_defaults, make_helper, run_page
+from daemon.engines.mineru.runtimes.base import Prediction
+from daemon.engines.mineru.runtimes.transformers_generate import (
     GenRequest,
-    Prediction,
     RowDone,
     capped,
     estimate_prompt_tokens,

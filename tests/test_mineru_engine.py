@@ -19,15 +19,15 @@ from PIL import Image
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig, LimitsConfig, Precision
 from daemon.document.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
-from daemon.engines import create_engine
-from daemon.engines.mineru import (
+from daemon.engines.mineru.engine import (
     Prediction,
     client_defaults,
     join_text_lines,
     make_helper,
     run_page,
 )
-from daemon.engines.mineru_model import auto_precision, resolve_weights
+from daemon.engines.mineru.runtimes.transformers_model import auto_precision, resolve_weights
+from daemon.engines.registry import create_engine
 from daemon.input.textlayer import TextLine
 from daemon.output.formats import content_list, markdown
 from daemon.output.formats.middle import PageData, build_middle
@@ -376,7 +376,7 @@ def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) ->
     """mineru-vl-utils' loader fix: the raw config.json flag is copied to the text config."""
     import json
 
-    from daemon.engines.mineru_model import _tied_config
+    from daemon.engines.mineru.runtimes.transformers_model import _tied_config
 
     folder = tmp_path / "tied"
     shutil.copytree(tiny_model, folder)
@@ -401,7 +401,7 @@ def test_a_tied_checkpoint_without_lm_head_loads_with_the_embeddings_as_head(
     import torch
     from safetensors.torch import load_file, save_file
 
-    from daemon.engines.mineru_model import load_model
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
 
     folder = tmp_path / "tied"
     shutil.copytree(tiny_model, folder)
@@ -440,7 +440,7 @@ def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
     import torch
     from transformers import Qwen2VLForConditionalGeneration
 
-    from daemon.engines.mineru_model import load_model, stored_dtype
+    from daemon.engines.mineru.runtimes.transformers_model import load_model, stored_dtype
 
     folder = tmp_path / "bf16"
     shutil.copytree(tiny_model, folder)

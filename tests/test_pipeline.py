@@ -15,7 +15,7 @@ import pytest
 
 from daemon.config.settings import Config, load_config
 from daemon.document.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
-from daemon.engines import create_engine
+from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff, textlayer
 from daemon.pipeline import PagePipeline
 from daemon.protocol import PageDone, ParsePage

@@ -4,7 +4,7 @@ only "back" once the server answers with the model we need. The clock is ticked 
 from __future__ import annotations
 
 from daemon.config.settings import EngineHttpConfig
-from daemon.engines.http_runtime import ServerProbe
+from daemon.engines.mineru.runtimes.http import ServerProbe
 from daemon.reprobe import Reprobe
 
 SETTINGS = EngineHttpConfig(server_url="http://gpu:8000", model_name="mineru")

@@ -26,8 +26,8 @@ from PIL import Image
 from daemon.common.errors import DocumentError, EngineUnavailable
 from daemon.config.settings import EngineConfig, EngineHttpConfig, LlamaCppConfig
 from daemon.document.page import PageInput, PageOptions, no_progress
-from daemon.engines.http_runtime import ServerUnavailable, probe_server
-from daemon.engines.mineru import MinerUEngine
+from daemon.engines.mineru.engine import MinerUEngine
+from daemon.engines.mineru.runtimes.http import ServerUnavailable, probe_server
 from tests.llama_server import (
     MODEL_ID,
     REPO,

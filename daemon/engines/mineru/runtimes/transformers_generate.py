@@ -28,6 +28,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.engines.mineru.runtimes.base import Prediction
+
 # Upper bound on the padded prompt tokens of one batch (rows x longest prompt): bounds the
 # prefill's activation and attention memory when several large table crops meet.
 MAX_BATCH_PROMPT_TOKENS = 8192
@@ -38,12 +40,6 @@ MAX_LENGTH_RATIO = 2.0
 _PIXELS_PER_TOKEN = 28 * 28
 # Chat template, system prompt and MinerU's task prompt around the image tokens.
 _TEXT_TOKENS = 40
-
-
-@dataclass(frozen=True)
-class Prediction:
-    text: str
-    tokens: int  # generated tokens, EOS included: for throughput figures and truncation
 
 
 @dataclass(frozen=True)

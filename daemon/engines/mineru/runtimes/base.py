@@ -21,12 +21,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from daemon.engines.mineru_generate import Prediction
-
 if TYPE_CHECKING:
     from daemon.config.settings import RuntimeKind
 
-__all__ = ["Prediction"]  # what every runtime's predict() returns
+
+@dataclass(frozen=True)
+class Prediction:
+    """What every runtime's predict() returns."""
+
+    text: str
+    tokens: int  # generated tokens, EOS included: for throughput figures and truncation
 
 # The keys themselves (engine.runtime, engine.http.*, engine.llama_cpp.*) are declared
 # once, in daemon/config/settings.py (EngineHttpConfig, LlamaCppConfig).

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config.settings import EngineHttpConfig
-from daemon.engines.runtime import Prediction, RuntimeInfo
+from daemon.engines.mineru.runtimes.base import Prediction, RuntimeInfo
 
 if TYPE_CHECKING:
     import httpx

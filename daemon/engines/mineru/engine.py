@@ -44,21 +44,19 @@ from daemon.document.page import (
     PageResult,
     ProgressFn,
 )
-from daemon.engines.mineru_generate import (
+from daemon.engines.mineru.runtimes.base import Prediction, Runtime
+from daemon.engines.mineru.runtimes.transformers_generate import (
     BatchedGenerator,
     GenRequest,
-    Prediction,
     PredictManyFn,
     RowDone,
     capped,
 )
-from daemon.engines.runtime import Runtime
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig
+    from daemon.engines.mineru.runtimes.transformers_model import LoadedModel
     from daemon.input.textlayer import TextLine
-
-    from .mineru_model import LoadedModel
 
 __all__ = ["MinerUEngine", "Prediction", "run_page"]
 
@@ -425,12 +423,12 @@ class MinerUEngine:
             return self._load_transformers()
         remote: Runtime
         if runtime == "http":
-            from daemon.engines.http_runtime import HttpRuntime
+            from daemon.engines.mineru.runtimes.http import HttpRuntime
 
             remote = HttpRuntime(self.config.http, client_options())
         elif runtime == "llama-cpp":
             from daemon.common.cpus import resolve_threads
-            from daemon.engines.llama_cpp_runtime import LlamaCppRuntime
+            from daemon.engines.mineru.runtimes.llama_cpp import LlamaCppRuntime
 
             threads = resolve_threads(self.config.llama_cpp.threads or self.config.threads)
             remote = LlamaCppRuntime(
@@ -462,7 +460,7 @@ class MinerUEngine:
     def _load_transformers(self) -> EngineInfo:
         from transformers.utils import logging as hf_logging
 
-        from daemon.engines.mineru_model import load_model
+        from daemon.engines.mineru.runtimes.transformers_model import load_model
 
         # Worker logs go to journald/files: progress bars there are noise.
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]

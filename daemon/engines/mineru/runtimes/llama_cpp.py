@@ -19,7 +19,7 @@ from typing import Any
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config.settings import LlamaCppConfig
-from daemon.engines.runtime import KNOWN_GGUF, GgufPair, Prediction, RuntimeInfo
+from daemon.engines.mineru.runtimes.base import KNOWN_GGUF, GgufPair, Prediction, RuntimeInfo
 
 log = logging.getLogger("docinbox.llama_cpp_runtime")
 

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-import daemon.engines.regions as rg
+import daemon.engines.lite.regions as rg
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig
@@ -59,8 +59,8 @@ from daemon.document.page import (
     PageResult,
     ProgressFn,
 )
-from daemon.engines.junk import is_noise
-from daemon.engines.orientation import (
+from daemon.engines.lite.junk import is_noise
+from daemon.engines.lite.orientation import (
     LineSample,
     OcrOrientation,
     Orientation,
@@ -68,7 +68,7 @@ from daemon.engines.orientation import (
     box_to_original,
     upright,
 )
-from daemon.engines.reading_order import is_rtl, xy_cut
+from daemon.engines.lite.reading_order import is_rtl, xy_cut
 
 log = logging.getLogger(__name__)
 
