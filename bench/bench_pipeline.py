@@ -35,7 +35,7 @@ from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Store
 from daemon.output.publish import Publisher
-from daemon.supervisor import Supervisor
+from daemon.work.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PDF = REPO.parent / "shared" / "corpus" / "pdf" / "docling__redp5110_sampled.pdf"

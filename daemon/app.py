@@ -33,7 +33,7 @@ from daemon.notify import Notifier
 from daemon.output import outbox
 from daemon.output.publish import Publisher
 from daemon.reminder import Reminder
-from daemon.supervisor import Phase, Supervisor
+from daemon.work.supervisor import Phase, Supervisor
 
 log = logging.getLogger("docinbox")
 

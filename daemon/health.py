@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from daemon import __version__
 from daemon.status import Status
-from daemon.supervisor import Phase
+from daemon.work.supervisor import Phase
 
 
 class Verdict(str, enum.Enum):

@@ -41,7 +41,7 @@ from daemon import __version__
 from daemon.health import Health, Verdict
 from daemon.jobs.states import JobState
 from daemon.status import RECENT_PAGES, Status
-from daemon.supervisor import Phase
+from daemon.work.supervisor import Phase
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

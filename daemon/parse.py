@@ -22,7 +22,7 @@ from daemon.intake.ingest import sha256_file
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
 from daemon.output.publish import Publisher
-from daemon.supervisor import Phase, Supervisor
+from daemon.work.supervisor import Phase, Supervisor
 
 
 class _KeepOriginals(Publisher):

@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from daemon.document.page import Block, EngineInfo
-from daemon.protocol import (
+from daemon.work.protocol import (
     DocError,
     Inspect,
     Inspected,

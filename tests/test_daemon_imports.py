@@ -73,4 +73,4 @@ def test_daemon_loop_never_imports_pillow_or_torch(tmp_path: Path) -> None:
     assert heavy == [], heavy
     # The modules this test is about were really loaded, so the check above means something.
     loaded = set(report["modules"])
-    assert {"daemon.document.page", "daemon.output.publish", "daemon.supervisor"} <= loaded
+    assert {"daemon.document.page", "daemon.output.publish", "daemon.work.supervisor"} <= loaded

@@ -14,7 +14,7 @@ Beside the layers, sides: the daemon process never imports a worker-side module 
 pixels and models), and the worker never imports a daemon-side one (it never touches the
 store or the outbox); shared modules are light enough for both. The one crossing is the
 process boundary itself: the supervisor names the worker's entry point to spawn it, so
-daemon/worker.py imports only shared modules at module level. Every import counts, also
+daemon/work/worker.py imports only shared modules at module level. Every import counts, also
 those inside functions and under TYPE_CHECKING (see test_imports.py). A real daemon loop is
 checked for Pillow and torch in test_daemon_imports.py; this test says which module may not
 import which before anything runs.
@@ -34,6 +34,7 @@ Side = Literal["shared", "worker", "daemon", "entry"]
 LAYERS: dict[str, tuple[int, Side]] = {
     # Foundations: vocabulary every side shares. Nothing here knows the data path.
     "daemon": (0, "shared"),  # only __version__
+    "daemon.work": (0, "shared"),  # a package's docstring
     "daemon.engines": (0, "shared"),  # a package's docstring
     "daemon.engines.mineru.runtimes": (0, "shared"),  # a package's docstring
     "daemon.engines.mineru": (0, "shared"),  # a package's docstring
@@ -56,7 +57,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.output.durable": (0, "shared"),
     "daemon.notify": (0, "shared"),
     "daemon.reminder": (0, "shared"),
-    "daemon.protocol": (0, "shared"),
+    "daemon.work.protocol": (0, "shared"),
     "daemon.config.values": (0, "shared"),
     "daemon.config.schema": (0, "shared"),
     "daemon.config.yamlfile": (0, "shared"),
@@ -72,7 +73,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.input.sniff": (20, "worker"),
     "daemon.input.raster": (30, "worker"),
     "daemon.input.textlayer": (30, "worker"),
-    "daemon.crops": (30, "worker"),
+    "daemon.work.crops": (30, "worker"),
     "daemon.engines.lite.junk": (30, "worker"),
     "daemon.engines.lite.orientation": (30, "worker"),
     "daemon.engines.lite.reading_order": (30, "worker"),
@@ -82,8 +83,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.lite.engine": (40, "worker"),
     "daemon.engines.mineru.engine": (40, "worker"),
     "daemon.engines.registry": (40, "worker"),
-    "daemon.pipeline": (50, "worker"),
-    "daemon.worker": (50, "worker"),
+    "daemon.work.pipeline": (50, "worker"),
+    "daemon.work.worker": (50, "worker"),
     # Daemon side along the data path: the record, then watcher -> ingest -> supervisor
     # -> output. A stage never imports the one that feeds it; app wires them together.
     "daemon.jobs.store": (60, "daemon"),
@@ -94,8 +95,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.intake.watcher": (70, "daemon"),
     "daemon.output.originals": (80, "daemon"),
     "daemon.intake.ingest": (80, "daemon"),
-    "daemon.reprobe": (90, "daemon"),
-    "daemon.supervisor": (90, "daemon"),
+    "daemon.work.reprobe": (90, "daemon"),
+    "daemon.work.supervisor": (90, "daemon"),
     "daemon.output.formats": (100, "daemon"),
     "daemon.output.formats.text": (100, "daemon"),
     "daemon.output.formats.inline": (100, "daemon"),
@@ -124,7 +125,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
 }
 
 # The process boundary: the supervisor spawns the worker by naming its entry point.
-CROSSINGS = {("daemon.supervisor", "daemon.worker")}
+CROSSINGS = {("daemon.work.supervisor", "daemon.work.worker")}
 
 # Packages that bring pixels, tensors or models with them.
 HEAVY = {
@@ -164,11 +165,11 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_the_rule_can_fail() -> None:
-    assert not may_import("daemon.jobs.store", "daemon.supervisor")  # upwards
+    assert not may_import("daemon.jobs.store", "daemon.work.supervisor")  # upwards
     assert not may_import("daemon.output.publish", "daemon.input.raster")  # daemon -> worker side
     # worker -> daemon side
     assert not may_import("daemon.engines.lite.engine", "daemon.jobs.store")
-    assert may_import("daemon.supervisor", "daemon.worker")  # the process boundary
+    assert may_import("daemon.work.supervisor", "daemon.work.worker")  # the process boundary
     assert may_import("daemon.intake.ingest", "daemon.jobs.store")
 
 
@@ -189,10 +190,10 @@ def test_daemon_side_modules_import_nothing_heavy_when_loaded() -> None:
     light = [m for m, (_, side) in LAYERS.items() if side in ("shared", "daemon")]
     heavy = sorted(
         f"{m}: {name}"
-        for m in [*light, "daemon.worker"]
+        for m in [*light, "daemon.work.worker"]
         for name in module_level_imports(m)
         if name.split(".")[0] in HEAVY
     )
     assert heavy == []
-    worker_needs = {n for n in module_level_imports("daemon.worker") if n in LAYERS}
+    worker_needs = {n for n in module_level_imports("daemon.work.worker") if n in LAYERS}
     assert {n for n in worker_needs if LAYERS[n][1] != "shared"} == set()

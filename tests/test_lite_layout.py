@@ -256,7 +256,7 @@ def test_figure_block_gets_its_crop_named_as_mineru_names_it(
 ) -> None:
     import io
 
-    from daemon.crops import finish_page
+    from daemon.work.crops import finish_page
 
     page = PageInput(image=two_columns, page_idx=0, page_count=1, dpi=None)
     # What the worker does with every engine's answer while it still holds the pixels.
@@ -333,9 +333,9 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
     from pypdf import PdfReader, PdfWriter, Transformation
 
     from daemon.config.settings import LimitsConfig
-    from daemon.crops import finish_page
     from daemon.input.raster import render_page
     from daemon.input.sniff import inspect
+    from daemon.work.crops import finish_page
 
     text = docgen.make_text_pdf(
         tmp_path / "text.pdf",

@@ -26,8 +26,8 @@ from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.output.publish import Publisher
-from daemon.protocol import Inspect, ParsePage, Progress, Request
-from daemon.supervisor import Phase, Supervisor, exit_reason
+from daemon.work.protocol import Inspect, ParsePage, Progress, Request
+from daemon.work.supervisor import Phase, Supervisor, exit_reason
 from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf
 from tests.fakeworker import FakeContext, FakeWorker

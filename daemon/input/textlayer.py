@@ -68,7 +68,7 @@ class _Char:
     bold: bool
 
 
-# Text layers the worker read ahead of time (daemon.pipeline, while the engine worked on the
+# Text layers the worker read ahead of time (daemon.work.pipeline, while the engine worked on the
 # page before), keyed by file and page; each is handed out once, to the engine's own call.
 _AHEAD: dict[tuple[Path, int], list[TextLine]] = {}
 _AHEAD_LOCK = threading.Lock()

@@ -43,7 +43,7 @@ from daemon.config.settings import Config, page_options_for, parse_page_range
 from daemon.document.page import PageOptions
 from daemon.engines.mineru.runtimes.http import display_url
 from daemon.jobs.store import Job, Store, StoreBusy
-from daemon.protocol import (
+from daemon.work.protocol import (
     DocError,
     Heartbeat,
     Inspect,
@@ -57,7 +57,7 @@ from daemon.protocol import (
     Stop,
     Unavailable,
 )
-from daemon.reprobe import Reprobe
+from daemon.work.reprobe import Reprobe
 
 log = logging.getLogger("docinbox.supervisor")
 
@@ -316,7 +316,7 @@ class Supervisor:
     # -- worker lifecycle -------------------------------------------------------------
 
     def _spawn(self, now: float) -> None:
-        from daemon.worker import worker_main
+        from daemon.work.worker import worker_main
 
         if self.worker_started_at is not None:
             self.restarts += 1  # every start after the first: crashes, recycles, fallbacks

@@ -6,7 +6,7 @@ only ever imported here. It never touches the database or the outbox; it answers
 pipe and the supervisor records everything. If it dies (segfault, OOM kill, deadline kill)
 nothing is lost but the page in progress.
 
-The messages it exchanges with the supervisor are in daemon/protocol.py.
+The messages it exchanges with the supervisor are in daemon/work/protocol.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config.settings import Config
-from daemon.protocol import (
+from daemon.work.protocol import (
     DocError,
     Heartbeat,
     Inspect,
@@ -123,7 +123,7 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
     from daemon.document.page import pages_in_flight
     from daemon.engines.registry import create_engine
     from daemon.input import sniff
-    from daemon.pipeline import PagePipeline
+    from daemon.work.pipeline import PagePipeline
 
     try:
         engine = create_engine(engine_name, cfg.engine)

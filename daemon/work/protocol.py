@@ -121,7 +121,7 @@ class PageDone:
     blocks: tuple[Block, ...]
     info: dict[str, object] = field(default_factory=dict)  # facts for meta.json
     seconds: float = 0.0  # from the request to the answer
-    crops: tuple[Crop, ...] = ()  # JPEGs of the page's figures (daemon.crops)
+    crops: tuple[Crop, ...] = ()  # JPEGs of the page's figures (daemon.work.crops)
     model_output: dict[str, Any] | None = None  # the model's raw answers (<stem>_model.json)
 
 
