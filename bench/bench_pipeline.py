@@ -29,12 +29,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from daemon.app import TICK_SECONDS
 from daemon.config.settings import check_paths, load_config
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Store
 from daemon.output.publish import Publisher
+from daemon.service.app import TICK_SECONDS
 from daemon.work.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ from daemon.config.settings import (
 )
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
-from daemon.status import Status, collect
+from daemon.service.status import Status, collect
 
 log = logging.getLogger("docinbox")
 
@@ -89,7 +89,7 @@ def load_or_exit(arg: str | None, *, check: bool = True) -> Config:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from daemon.app import Daemon
+    from daemon.service.app import Daemon
 
     cfg = load_or_exit(args.config)
     setup_logging(cfg, args.verbose)

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.integration
 # both files are settled, stops it cleanly, then reports every module it imported.
 DRIVER = """
 import json, sys, time
-from daemon.app import Daemon
+from daemon.service.app import Daemon
 from daemon.cli import load_or_exit
 
 cfg = load_or_exit(sys.argv[1])  # as `docinbox run` loads it: checked, folders created

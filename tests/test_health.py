@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.common.live import Live
 from daemon.config.settings import Config, HttpConfig, InboxConfig
-from daemon.health import Thresholds
-from daemon.httpserver import HttpServer, start_http_server
 from daemon.jobs.store import Store
+from daemon.service.health import Thresholds
+from daemon.service.httpserver import HttpServer, start_http_server
 
 NOW = 1_700_000_000.0  # wall clock the server and the store agree on
 MONO = 5_000.0  # monotonic clock of the fake main loop

@@ -95,7 +95,7 @@ def test_the_checker_finds_a_cycle() -> None:
 
 def test_daemon_has_no_import_cycle() -> None:
     graph = import_graph()
-    assert "daemon.status" in graph and "daemon.cli" in graph
+    assert "daemon.service.status" in graph and "daemon.cli" in graph
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
 
@@ -103,9 +103,10 @@ def test_daemon_has_no_import_cycle() -> None:
 def test_status_is_read_without_the_cli_or_the_server() -> None:
     # The status value sits below everything that shows it.
     graph = import_graph()
-    for reader in ("daemon.cli", "daemon.httpserver", "daemon.metrics", "daemon.health",
-                   "daemon.web"):
-        assert reader not in graph["daemon.status"]
+    readers = ("daemon.cli", "daemon.service.httpserver", "daemon.service.metrics",
+               "daemon.service.health", "daemon.service.web")
+    for reader in readers:
+        assert reader not in graph["daemon.service.status"]
         assert reader not in graph["daemon.common.live"]
     # the daemon's own facts are plain data: no store, no supervisor, no config
     assert graph["daemon.common.live"] == set()

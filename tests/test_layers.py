@@ -34,6 +34,7 @@ Side = Literal["shared", "worker", "daemon", "entry"]
 LAYERS: dict[str, tuple[int, Side]] = {
     # Foundations: vocabulary every side shares. Nothing here knows the data path.
     "daemon": (0, "shared"),  # only __version__
+    "daemon.service": (0, "shared"),  # a package's docstring
     "daemon.work": (0, "shared"),  # a package's docstring
     "daemon.engines": (0, "shared"),  # a package's docstring
     "daemon.engines.mineru.runtimes": (0, "shared"),  # a package's docstring
@@ -52,11 +53,11 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.common.display": (0, "shared"),
     "daemon.common.units": (0, "shared"),
     "daemon.common.cpus": (0, "shared"),
-    "daemon.auth": (0, "shared"),
+    "daemon.service.auth": (0, "shared"),
     "daemon.common.live": (0, "shared"),
     "daemon.output.durable": (0, "shared"),
-    "daemon.notify": (0, "shared"),
-    "daemon.reminder": (0, "shared"),
+    "daemon.service.notify": (0, "shared"),
+    "daemon.service.reminder": (0, "shared"),
     "daemon.work.protocol": (0, "shared"),
     "daemon.config.values": (0, "shared"),
     "daemon.config.schema": (0, "shared"),
@@ -109,15 +110,15 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.output.outbox": (100, "daemon"),
     "daemon.output.publish": (100, "daemon"),
     # Surfaces: what the daemon is doing, read from everything below.
-    "daemon.status": (110, "daemon"),
-    "daemon.health": (120, "daemon"),
-    "daemon.metrics": (130, "daemon"),
-    "daemon.charts": (130, "daemon"),
-    "daemon.web": (130, "daemon"),
-    "daemon.httpserver": (140, "daemon"),
+    "daemon.service.status": (110, "daemon"),
+    "daemon.service.health": (120, "daemon"),
+    "daemon.service.metrics": (130, "daemon"),
+    "daemon.service.charts": (130, "daemon"),
+    "daemon.service.web": (130, "daemon"),
+    "daemon.service.httpserver": (140, "daemon"),
     # Entry points. app and parse run the daemon's own pipeline in the daemon process;
     # the CLI and `docinbox model` also load models on purpose, in their own process.
-    "daemon.app": (150, "daemon"),
+    "daemon.service.app": (150, "daemon"),
     "daemon.parse": (150, "daemon"),
     "daemon.model": (150, "entry"),
     "daemon.cli": (160, "entry"),

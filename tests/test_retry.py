@@ -14,7 +14,7 @@ import pytest
 from daemon.config.settings import InboxConfig
 from daemon.intake.ingest import IngestRetries
 from daemon.jobs.store import StoreBusy, StoreFull, _unavailable
-from daemon.reminder import Reminder
+from daemon.service.reminder import Reminder
 
 log = logging.getLogger("test.reminder")
 

@@ -17,9 +17,9 @@ import yaml
 
 from daemon.common.live import CurrentDoc, Live
 from daemon.config.settings import Config, ConfigError, http_token, load_config, redacted_dict
-from daemon.httpserver import HttpServer, start_http_server
 from daemon.jobs.store import Store
-from daemon.status import collect
+from daemon.service.httpserver import HttpServer, start_http_server
+from daemon.service.status import collect
 from tests.test_health import MONO, NOW, arrive, cfg, live_ok  # noqa: F401 - fixture
 
 TOKEN = "s3cret-token-for-tests"

@@ -339,7 +339,7 @@ def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> Non
 
 
 def test_a_state_folder_open_to_others_is_made_private_at_start(tmp_path: Path) -> None:
-    from daemon.app import tighten_state_dir
+    from daemon.service.app import tighten_state_dir
 
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
@@ -543,8 +543,8 @@ def test_stop_lets_the_page_finish_then_requeues(tmp_path: Path) -> None:
 def test_an_internal_error_fails_the_document_not_the_daemon(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from daemon.app import Daemon
     from daemon.config.settings import check_paths
+    from daemon.service.app import Daemon
 
     cfg = load_config(write_config(tmp_path))
     assert check_paths(cfg) == []

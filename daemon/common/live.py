@@ -7,7 +7,7 @@ store's `runtime` table (`Live.to_runtime`) for `docinbox status`, which runs in
 process and reads it back with `Live.from_runtime`: that row is JSON written by another
 process (maybe an older version), so reading it never trusts a type.
 
-`daemon.status` combines a Live with what the database says into the one `Status`.
+`daemon.service.status` combines a Live with what the database says into the one `Status`.
 """
 
 from __future__ import annotations

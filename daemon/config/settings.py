@@ -34,7 +34,6 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
-from daemon.auth import is_loopback
 from daemon.config.folders import check_folders, real_path
 from daemon.config.schema import (
     declared,
@@ -68,6 +67,7 @@ from daemon.config.values import (
 )
 from daemon.config.yamlfile import parse_yaml, read_text, yaml_problem
 from daemon.document.page import PageOptions
+from daemon.service.auth import is_loopback
 
 __all__ = [
     "ConfigError",

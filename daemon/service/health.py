@@ -22,7 +22,7 @@ import enum
 from dataclasses import dataclass
 
 from daemon import __version__
-from daemon.status import Status
+from daemon.service.status import Status
 from daemon.work.supervisor import Phase
 
 

@@ -38,9 +38,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from daemon import __version__
-from daemon.health import Health, Verdict
 from daemon.jobs.states import JobState
-from daemon.status import RECENT_PAGES, Status
+from daemon.service.health import Health, Verdict
+from daemon.service.status import RECENT_PAGES, Status
 from daemon.work.supervisor import Phase
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST

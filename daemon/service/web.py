@@ -1,6 +1,6 @@
 """The status page people open in a browser: HTML drawn on the server from one `Status`.
 
-- Templates (Jinja2, autoescaping on) live in `daemon/templates/`, with the page's one
+- Templates (Jinja2, autoescaping on) live in `daemon/service/templates/`, with the page's one
   stylesheet and its few lines of JavaScript; nothing is fetched from elsewhere, so the
   page works on a machine with no internet and under a strict Content-Security-Policy.
 - Documents are untrusted input. Their Markdown is rendered by markdown-it-py with raw
@@ -20,14 +20,15 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markdown_it import MarkdownIt
 from markupsafe import Markup
 
-from daemon import __version__, charts
+from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.units import age, gib, mib
 from daemon.config.settings import Config
-from daemon.health import Health
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job
-from daemon.status import Status
+from daemon.service import charts
+from daemon.service.health import Health
+from daemon.service.status import Status
 
 # No inline script or style, nothing from other origins, no framing, no forms.
 CSP = (
@@ -48,7 +49,7 @@ def _name(path: str) -> str:
 
 def _environment() -> Environment:
     env = Environment(
-        loader=PackageLoader("daemon", "templates"),
+        loader=PackageLoader("daemon.service", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -59,7 +60,7 @@ def _environment() -> Environment:
 
 
 def _static() -> dict[str, tuple[str, bytes]]:
-    folder = importlib.resources.files("daemon") / "templates"
+    folder = importlib.resources.files("daemon.service") / "templates"
     return {
         url: (f"{ctype}; charset=utf-8", (folder / url.rsplit("/", 1)[1]).read_bytes())
         for url, ctype in _STATIC_FILES.items()

@@ -9,10 +9,11 @@ details). The caller decides whether to start it (`cfg.http.enabled`); a port al
 use raises OSError from `start_http_server`, which the daemon logs and carries on without:
 the endpoint is optional, the documents are not.
 
-It only serves: each request collects ONE `Status` (daemon.status), judges it with
-`daemon.health.assess` and writes it out; what the numbers mean lives in those modules,
-how the page looks in `daemon.web`, who may read it in `daemon.auth`. The page and the
-documents need the token when one is configured; /healthz and /metrics stay open.
+It only serves: each request collects ONE `Status` (daemon.service.status), judges it
+with `daemon.service.health.assess` and writes it out; what the numbers mean lives in those
+modules, how the page looks in `daemon.service.web`, who may read it in
+`daemon.service.auth`. The page and the documents need the token when one is configured;
+/healthz and /metrics stay open.
 Every path not listed above is 404: there is no file serving and no directory listing.
 `live` is the daemon's own facts; it is called from the HTTP thread, so it must be cheap,
 never block and never touch the main loop's Store (the daemon rebinds one frozen `Live`
@@ -32,13 +33,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from daemon import metrics, web
-from daemon.auth import TokenGate
 from daemon.common.live import LiveFn
 from daemon.config.settings import Config
-from daemon.health import Thresholds, Verdict, assess, healthz_body
 from daemon.jobs.store import Store
-from daemon.status import Status, collect
+from daemon.service import metrics, web
+from daemon.service.auth import TokenGate
+from daemon.service.health import Thresholds, Verdict, assess, healthz_body
+from daemon.service.status import Status, collect
 
 log = logging.getLogger("docinbox.http")
 
@@ -258,7 +259,7 @@ def start_http_server(
     """Serve on cfg.http.host:cfg.http.port (0: any free port).
 
     `poll_interval` bounds how long `stop()` waits for the serving thread to notice.
-    `token`: required for the page and the documents when set (see daemon.auth).
+    `token`: required for the page and the documents when set (see daemon.service.auth).
     """
     cls = _Server6 if ":" in cfg.http.host else _Server
     server = cls((cfg.http.host, cfg.http.port), _Handler)

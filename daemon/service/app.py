@@ -25,14 +25,14 @@ from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
 from daemon.common.live import InboxFacts, Live
 from daemon.config.settings import Config, ConfigError, check_paths, http_token, load_config
-from daemon.httpserver import HttpServer, start_http_server
 from daemon.intake.ingest import Ingestor, IngestRetries
 from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
-from daemon.notify import Notifier
 from daemon.output import outbox
 from daemon.output.publish import Publisher
-from daemon.reminder import Reminder
+from daemon.service.httpserver import HttpServer, start_http_server
+from daemon.service.notify import Notifier
+from daemon.service.reminder import Reminder
 from daemon.work.supervisor import Phase, Supervisor
 
 log = logging.getLogger("docinbox")

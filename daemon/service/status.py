@@ -1,10 +1,10 @@
 """What docinbox is doing, as one typed value: `Status`, collected once per request.
 
 Every reader of the daemon's state goes through here: `docinbox status` (text and
-`--json`), `/healthz` (judged by `daemon.health.assess`), `/metrics` (`daemon.metrics`)
-and the HTTP server. A new status fact is added in one place: a field on the dataclass
-below that owns it, filled in `collect` (or in `daemon.common.live`, when only the running
-daemon knows it), and written out by the `to_json` next to it.
+`--json`), `/healthz` (judged by `daemon.service.health.assess`), `/metrics`
+(`daemon.service.metrics`) and the HTTP server. A new status fact is added in one place: a
+field on the dataclass below that owns it, filled in `collect` (or in `daemon.common.live`,
+when only the running daemon knows it), and written out by the `to_json` next to it.
 
 Two sources, one shape:
 - The store (SQLite): the queue, counters, recent pages and failures. Read with the
