@@ -15,7 +15,7 @@
 
 `BenchMinerU` is docinbox's MinerUEngine with that instrumentation, loadable as a plugin
 engine (`bench_engine:BenchMinerU`, bench/ on PYTHONPATH) so a whole document goes through
-the real supervisor and worker (`daemon.parse.parse_files`); it appends one JSON line per
+the real supervisor and worker (`daemon.cli.parse.parse_files`); it appends one JSON line per
 page (parse_page start/end, its generate() calls) to `engine.options["log"]`.
 """
 

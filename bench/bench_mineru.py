@@ -12,7 +12,7 @@ bench_engine.py for how it is forced and timed).
   real regions from its text layer; bench/realistic.py), the layout step forced to the token
   count of MinerU's layout string for those blocks and each block to the token count of its
   real text (Qwen2's BPE), plus the `document` path: a 4-page PDF (docling__normal_4pages)
-  through the real supervisor and worker (`daemon.parse.parse_files`), for the time the
+  through the real supervisor and worker (`daemon.cli.parse.parse_files`), for the time the
   model sits idle between pages.
 
 Paths: `reference` (mineru-vl-utils README: load_transformers_model(path) -> dtype="auto",
@@ -264,8 +264,8 @@ def document_child(spec: dict[str, Any], import_seconds: float) -> dict[str, Any
     import dataclasses
     import tempfile
 
+    from daemon.cli.parse import parse_files
     from daemon.config.settings import Config
-    from daemon.parse import parse_files
 
     logs = Path(spec["result_path"]).with_suffix(".pages.jsonl")
     logs.unlink(missing_ok=True)

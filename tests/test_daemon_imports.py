@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 DRIVER = """
 import json, sys, time
 from daemon.service.app import Daemon
-from daemon.cli import load_or_exit
+from daemon.cli.main import load_or_exit
 
 cfg = load_or_exit(sys.argv[1])  # as `docinbox run` loads it: checked, folders created
 daemon = Daemon(cfg)

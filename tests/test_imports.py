@@ -85,7 +85,7 @@ def test_relative_imports_count() -> None:
     assert absolute("daemon.stage", init, "part", 1) == "daemon.stage.part"
     assert absolute("daemon.stage.part", module, "other", 2) == "daemon.other"
     assert absolute("daemon.stage.part", module, None, 2) == "daemon"
-    assert absolute("daemon.cli", PACKAGE / "cli.py", "daemon.x.y", 0) == "daemon.x.y"
+    assert absolute("daemon.cli.main", PACKAGE / "cli.py", "daemon.x.y", 0) == "daemon.x.y"
 
 
 def test_the_checker_finds_a_cycle() -> None:
@@ -95,7 +95,7 @@ def test_the_checker_finds_a_cycle() -> None:
 
 def test_daemon_has_no_import_cycle() -> None:
     graph = import_graph()
-    assert "daemon.service.status" in graph and "daemon.cli" in graph
+    assert "daemon.service.status" in graph and "daemon.cli.main" in graph
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
 
@@ -103,7 +103,7 @@ def test_daemon_has_no_import_cycle() -> None:
 def test_status_is_read_without_the_cli_or_the_server() -> None:
     # The status value sits below everything that shows it.
     graph = import_graph()
-    readers = ("daemon.cli", "daemon.service.httpserver", "daemon.service.metrics",
+    readers = ("daemon.cli.main", "daemon.service.httpserver", "daemon.service.metrics",
                "daemon.service.health", "daemon.service.web")
     for reader in readers:
         assert reader not in graph["daemon.service.status"]

@@ -34,6 +34,7 @@ Side = Literal["shared", "worker", "daemon", "entry"]
 LAYERS: dict[str, tuple[int, Side]] = {
     # Foundations: vocabulary every side shares. Nothing here knows the data path.
     "daemon": (0, "shared"),  # only __version__
+    "daemon.cli": (0, "shared"),  # a package's docstring
     "daemon.service": (0, "shared"),  # a package's docstring
     "daemon.work": (0, "shared"),  # a package's docstring
     "daemon.engines": (0, "shared"),  # a package's docstring
@@ -119,9 +120,9 @@ LAYERS: dict[str, tuple[int, Side]] = {
     # Entry points. app and parse run the daemon's own pipeline in the daemon process;
     # the CLI and `docinbox model` also load models on purpose, in their own process.
     "daemon.service.app": (150, "daemon"),
-    "daemon.parse": (150, "daemon"),
-    "daemon.model": (150, "entry"),
-    "daemon.cli": (160, "entry"),
+    "daemon.cli.parse": (150, "daemon"),
+    "daemon.cli.model": (150, "entry"),
+    "daemon.cli.main": (160, "entry"),
     "daemon.__main__": (170, "entry"),
 }
 

@@ -321,7 +321,7 @@ def test_hub_id_loads_from_the_hf_cache(
 ) -> None:
     from huggingface_hub import constants
 
-    from daemon.model import info
+    from daemon.cli.model import info
 
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / "models--opendatalab--Tiny-MinerU"

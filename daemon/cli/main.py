@@ -356,7 +356,7 @@ def _requeue(store: Store, ids: list[int | None], want: JobState, fn: Any, verb:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    from daemon.parse import parse_files
+    from daemon.cli.parse import parse_files
 
     path = resolve_config_path(args.config)
     base = load_or_exit(args.config, check=False) if path.exists() else None
@@ -375,7 +375,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_model(args: argparse.Namespace) -> int:
-    from daemon import model
+    from daemon.cli import model
     from daemon.engines.mineru.runtimes.transformers_model import DEFAULT_MODEL, looks_like_path
 
     path = resolve_config_path(args.config)
@@ -417,7 +417,7 @@ def cmd_model(args: argparse.Namespace) -> int:
 
 def _model_runtime(args: argparse.Namespace, engine: EngineConfig, model_id: str) -> int:
     """`model pull|info` for the http and llama-cpp runtimes."""
-    from daemon import model
+    from daemon.cli import model
 
     if args.model_cmd == "pull":
         if engine.runtime == "http":

@@ -6,7 +6,7 @@ for `http`, nothing to pull: `info` asks the server which models it serves.
 The daemon never downloads weights on its own (see `engines.mineru_model.resolve_weights`);
 these helpers are the one place that goes online. Everything honours the usual Hugging Face
 environment: HF_HOME / HF_HUB_CACHE (where), HF_ENDPOINT (mirror), HF_HUB_OFFLINE (no network),
-HF_TOKEN. The CLI wiring lives in `daemon.cli`; these functions raise `ModelError` with a
+HF_TOKEN. The CLI wiring lives in `daemon.cli.main`; these functions raise `ModelError` with a
 plain message (and a hint) instead of printing.
 """
 

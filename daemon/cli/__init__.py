@@ -1,0 +1,1 @@
+"""The command line: `docinbox run|parse|status|...`, `docinbox parse`, `docinbox model`."""
