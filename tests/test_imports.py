@@ -40,7 +40,13 @@ def import_graph() -> dict[str, set[str]]:
                 targets = [base] + [f"{base}.{a.name}" for a in node.names]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
-            deps.update(t for t in targets if t in files and t != name)
+            found = [t for t in targets if t in files]
+            # Importing daemon.a.b.c runs daemon/a/__init__.py and daemon/a/b/__init__.py
+            # first: each parent package is a dependency as real as the module itself.
+            parents = [
+                ".".join(t.split(".")[:i]) for t in found for i in range(2, t.count(".") + 1)
+            ]
+            deps.update(d for d in [*found, *parents] if d in files and d != name)
         # The package itself only holds __version__; importing it is not a dependency
         # on the modules it contains.
         deps.discard("daemon")

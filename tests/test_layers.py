@@ -199,3 +199,15 @@ def test_daemon_side_modules_import_nothing_heavy_when_loaded() -> None:
     assert heavy == []
     worker_needs = {n for n in module_level_imports("daemon.work.worker") if n in LAYERS}
     assert {n for n in worker_needs if LAYERS[n][1] != "shared"} == set()
+
+
+def test_parent_packages_are_imports_too() -> None:
+    # The supervisor probes an http server with daemon.engines.mineru.runtimes.http, which
+    # runs daemon/engines/__init__.py and daemon/engines/mineru/__init__.py in the daemon
+    # process first; the graph must see them, or a package face that imported an engine
+    # would load it into the daemon unnoticed.
+    graph = import_graph()
+    deps = graph["daemon.work.supervisor"]
+    assert {"daemon.engines", "daemon.engines.mineru", "daemon.engines.mineru.runtimes"} <= deps
+    # And a package's face is shared: it could not import a worker-side module.
+    assert not may_import("daemon.engines", "daemon.engines.registry")
