@@ -8,50 +8,24 @@ cycle from Python, not from the reader.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from scripts import architecture
 
 PACKAGE = Path(__file__).resolve().parents[1] / "daemon"
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return architecture.module_name(PACKAGE, path)
 
 
-def absolute(importer: str, path: Path, module: str | None, level: int) -> str:
-    """The absolute name `from <level dots><module> import ...` refers to in `importer`."""
-    if level == 0:
-        return module or ""
-    package = importer.split(".") if path.name == "__init__.py" else importer.split(".")[:-1]
-    base = package[: len(package) - (level - 1)]
-    return ".".join([*base, module] if module else base)
+absolute = architecture.absolute
 
 
 def import_graph() -> dict[str, set[str]]:
-    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in files.items():
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            targets: list[str] = []
-            if isinstance(node, ast.ImportFrom):
-                base = absolute(name, path, node.module, node.level)
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            found = [t for t in targets if t in files]
-            # Importing daemon.a.b.c runs daemon/a/__init__.py and daemon/a/b/__init__.py
-            # first: each parent package is a dependency as real as the module itself.
-            parents = [
-                ".".join(t.split(".")[:i]) for t in found for i in range(2, t.count(".") + 1)
-            ]
-            deps.update(d for d in [*found, *parents] if d in files and d != name)
-        # The package itself only holds __version__; importing it is not a dependency
-        # on the modules it contains.
-        deps.discard("daemon")
-        graph[name] = deps
-    return graph
+    """Every import of every module of daemon/, parent packages included (see
+    scripts/architecture.py, which measures the same graph for docs/architecture.md)."""
+    return architecture.import_graph(PACKAGE)
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
