@@ -118,20 +118,24 @@ def figures(package: Path) -> Figures:
     )
 
 
-def folder(module: str) -> str:
-    """The folder a module sits in: `daemon.engines.lite.engine` -> `engines/lite`."""
+def folder(module: str, packages: set[str]) -> str:
+    """The folder a module sits in: `daemon.engines.lite.engine` -> `engines/lite`; a
+    package's face (`daemon.engines.lite`) sits in its own folder."""
     parts = module.split(".")[1:]
+    if module in packages:
+        return "/".join(parts) or "daemon"
     return "/".join(parts[:-1]) or "daemon"
 
 
 def mermaid(package: Path) -> str:
     graph = import_graph(package)
+    packages = {module_name(package, p) for p in package.rglob("__init__.py")}
     arrows: Counter[tuple[str, str]] = Counter()
     members: Counter[str] = Counter()
     for module, deps in graph.items():
-        members[folder(module)] += 1
+        members[folder(module, packages)] += 1
         for dep in deps:
-            a, b = folder(module), folder(dep)
+            a, b = folder(module, packages), folder(dep, packages)
             if a != b and not a.startswith(b + "/") and not b.startswith(a + "/"):
                 arrows[a.split("/")[0], b.split("/")[0]] += 1
     top = Counter[str]()
