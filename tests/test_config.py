@@ -14,7 +14,6 @@ import yaml
 
 from daemon.config.schema import Setting, declared
 from daemon.config.settings import (
-    DEFAULT_PATTERNS,
     ENV_CONFIG,
     PAGE_OPTION_KEYS,
     README_BEGIN,
@@ -32,6 +31,7 @@ from daemon.config.settings import (
     redacted_dict,
     resolve_config_path,
 )
+from daemon.input.formats import DEFAULT_PATTERNS
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "config.yaml"
@@ -870,3 +870,4 @@ def test_page_keys_are_exactly_the_page_options_fields() -> None:
     from daemon.document.page import PageOptions
 
     assert {f.name for f in dataclasses.fields(PageOptions)} == set(PAGE_OPTION_KEYS)
+

@@ -12,8 +12,9 @@ import pytest
 from PIL import Image
 
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.config.settings import DEFAULT_PATTERNS, LimitsConfig
+from daemon.config.settings import LimitsConfig
 from daemon.input import sniff
+from daemon.input.formats import DEFAULT_PATTERNS
 from daemon.input.raster import render_page
 from tests import docgen
 
@@ -47,7 +48,8 @@ def test_format_is_sniffed_inspected_and_rendered(
     tmp_path: Path, name: str, pillow_format: str, expected: str
 ) -> None:
     path = write(tmp_path / name, pillow_format)
-    assert sniff.sniff(path.read_bytes()[:1024]) == ("image", expected)
+    found = sniff.sniff(None, path.read_bytes()[:1024])
+    assert found is not None and (found.reader.kind, found.name) == ("image", expected)
     info = sniff.inspect(path, passwords=(), limits=LimitsConfig())
     assert (info.kind, info.format, info.page_count) == ("image", expected, 1)
     page = render_page(path, info, 0, dpi=200, max_long_side=4000, max_image_pixels=10**8)

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.config.settings import DEFAULT_PATTERNS, EngineConfig, LimitsConfig
+from daemon.config.settings import EngineConfig, LimitsConfig
 from daemon.input import office, sniff
+from daemon.input.formats import DEFAULT_PATTERNS
 from daemon.input.raster import render_page
 from tests import docgen
 
@@ -22,23 +23,28 @@ def docx(tmp_path: Path) -> Path:
     return docgen.make_docx(tmp_path / "report.docx", PARAGRAPHS, heading="Quarterly Report")
 
 
+def office_format(path: Path, head: bytes) -> str | None:
+    found = sniff.sniff(path, head)
+    return None if found is None else found.name
+
+
 def test_office_formats_are_recognised_by_content(docx: Path, tmp_path: Path) -> None:
     head = docx.read_bytes()[:1024]
-    assert office.office_format(docx, head) == "DOCX"
+    assert office_format(docx, head) == "DOCX"
     rtf = tmp_path / "memo.rtf"
     rtf.write_bytes(b"{\\rtf1\\ansi Hello}")
-    assert office.office_format(rtf, rtf.read_bytes()) == "RTF"
+    assert office_format(rtf, rtf.read_bytes()) == "RTF"
     odt = tmp_path / "memo.odt"
     with zipfile.ZipFile(odt, "w") as zf:
         zf.writestr(
             zipfile.ZipInfo("mimetype"), "application/vnd.oasis.opendocument.text"
         )  # stored first and uncompressed, as ODF requires
         zf.writestr("content.xml", "<office:document-content/>")
-    assert office.office_format(odt, odt.read_bytes()[:1024]) == "ODT"
+    assert office_format(odt, odt.read_bytes()[:1024]) == "ODT"
     plain_zip = tmp_path / "photos.zip"
     with zipfile.ZipFile(plain_zip, "w") as zf:
         zf.writestr("a.txt", "x")
-    assert office.office_format(plain_zip, plain_zip.read_bytes()[:1024]) is None
+    assert office_format(plain_zip, plain_zip.read_bytes()[:1024]) is None
     assert {"*.docx", "*.xlsx", "*.pptx", "*.odt", "*.ods", "*.odp", "*.rtf"} <= set(
         DEFAULT_PATTERNS
     )

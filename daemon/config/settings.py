@@ -67,6 +67,7 @@ from daemon.config.values import (
 )
 from daemon.config.yamlfile import parse_yaml, read_text, yaml_problem
 from daemon.document.page import PageOptions
+from daemon.input.formats import DEFAULT_PATTERNS
 from daemon.service.auth import is_loopback
 
 __all__ = [
@@ -82,34 +83,6 @@ OnDuplicate = Literal["move", "delete", "keep"]
 Precision = Literal["auto", "fp32", "bf16", "mixed", "int8", "bf16-int8"]
 TextLayer = Literal["auto", "off"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
-
-DEFAULT_PATTERNS: tuple[str, ...] = (
-    "*.pdf",
-    "*.png",
-    "*.jpg",
-    "*.jpeg",
-    "*.tif",
-    "*.tiff",
-    "*.webp",
-    "*.bmp",
-    "*.gif",
-    "*.heic",
-    "*.heif",
-    "*.avif",
-    "*.jp2",
-    "*.j2k",
-    "*.pnm",
-    "*.pbm",
-    "*.pgm",
-    "*.ppm",
-    "*.docx",
-    "*.xlsx",
-    "*.pptx",
-    "*.odt",
-    "*.ods",
-    "*.odp",
-    "*.rtf",
-)
 
 
 # --------------------------------------------------------------------------------------
@@ -451,6 +424,7 @@ class InboxConfig:
     patterns: tuple[str, ...] = setting(
         default=DEFAULT_PATTERNS,
         parse=p_text_list(allow_empty=False),
+        shown_default="every extension in [What docinbox reads](#what-docinbox-reads)",
         doc="file-name patterns to pick up",
     )
     watch: WatchMode = setting(

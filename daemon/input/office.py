@@ -22,80 +22,40 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import zipfile
 from pathlib import Path
 
 from daemon.common.errors import DocumentError, FailureKind
+from daemon.input.formats import InputFormat
 
 # Conversions of long documents take a while on a small CPU; a hung soffice must not hold the
 # worker until the document deadline.
 CONVERT_TIMEOUT_SECONDS = 300.0
-
-# Format name -> what a user calls it, and the Debian package that converts it.
-OFFICE_FORMATS: dict[str, tuple[str, str]] = {
-    "DOCX": ("a Word document", "libreoffice-writer-nogui"),
-    "ODT": ("an OpenDocument text", "libreoffice-writer-nogui"),
-    "RTF": ("an RTF document", "libreoffice-writer-nogui"),
-    "XLSX": ("an Excel workbook", "libreoffice-calc-nogui"),
-    "ODS": ("an OpenDocument spreadsheet", "libreoffice-calc-nogui"),
-    "PPTX": ("a PowerPoint presentation", "libreoffice-impress-nogui"),
-    "ODP": ("an OpenDocument presentation", "libreoffice-impress-nogui"),
-}
-
-_ODF_MIMETYPES = {
-    b"application/vnd.oasis.opendocument.text": "ODT",
-    b"application/vnd.oasis.opendocument.spreadsheet": "ODS",
-    b"application/vnd.oasis.opendocument.presentation": "ODP",
-}
-_OOXML_PARTS = (("word/", "DOCX"), ("xl/", "XLSX"), ("ppt/", "PPTX"))
 
 # The folder of the document converted last: one document at a time per worker, so the
 # previous one's PDF is removed when the next conversion starts, and at exit.
 _current: list[Path] = []
 
 
-def office_format(path: Path, head: bytes) -> str | None:
-    """DOCX/XLSX/PPTX/ODT/ODS/ODP/RTF from the content, or None for anything else."""
-    if head.startswith(b"{\\rtf"):
-        return "RTF"
-    if not head.startswith(b"PK\x03\x04"):
-        return None
-    # ODF stores an uncompressed `mimetype` member first, readable at a fixed offset.
-    if head[30:38] == b"mimetype":
-        for mime, fmt in _ODF_MIMETYPES.items():
-            if head[38 : 38 + len(mime)] == mime:
-                return fmt
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return None
-    if "[Content_Types].xml" not in names:
-        return None
-    for prefix, fmt in _OOXML_PARTS:
-        if any(n.startswith(prefix) for n in names):
-            return fmt
-    return None
-
-
 def soffice() -> str | None:
     return shutil.which("soffice") or shutil.which("libreoffice")
 
 
-def convert_to_pdf(path: Path, fmt: str, *, timeout: float = CONVERT_TIMEOUT_SECONDS) -> Path:
-    """The PDF LibreOffice makes of `path`, in a private temporary folder."""
-    what, package = OFFICE_FORMATS[fmt]
+def convert_to_pdf(
+    path: Path, fmt: InputFormat, *, timeout: float = CONVERT_TIMEOUT_SECONDS
+) -> Path:
+    """The PDF LibreOffice makes of `path` (of office format `fmt`), in a private folder."""
+    what, package = fmt.what, fmt.package
     program = soffice()
     if program is None:
         raise DocumentError(
             FailureKind.UNSUPPORTED,
-            f"{what} ({fmt}) is converted to PDF with LibreOffice, which is not installed "
+            f"{what} ({fmt.name}) is converted to PDF with LibreOffice, which is not installed "
             f"here: install it (Debian/Ubuntu: apt-get install {package}) and retry",
         )
     _forget_previous()
     work = Path(tempfile.mkdtemp(prefix="docinbox-office-"))
     _current.append(work)
-    source = work / f"document{path.suffix.lower() or '.' + fmt.lower()}"
+    source = work / f"document{path.suffix.lower() or fmt.usual_extension}"
     try:
         shutil.copyfile(path, source)
     except FileNotFoundError as exc:

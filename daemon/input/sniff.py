@@ -2,9 +2,10 @@
 
 `inspect()` decides, from the file's real content, whether we can read a document at all
 and how many pages it has; every refusal is a `DocumentError` whose `FailureKind` and
-message tell the user what to do. The type comes from the first bytes (`sniff`), never from
-the name alone. The helpers that open a file safely (no symlinks, Pillow's bomb limit,
-PDFium's errors in words) are shared with `raster` and `textlayer`.
+message tell the user what to do. The type comes from the first bytes (`sniff`, by the
+magic of each format in `formats.py`), never from the name alone; each reader there has its
+checks here. The helpers that open a file safely (no symlinks, Pillow's bomb limit, PDFium's
+errors in words) are shared with `raster` and `textlayer`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import os
 import stat
 import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
@@ -25,78 +25,21 @@ from PIL import Image, UnidentifiedImageError
 
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import LimitsConfig
-from daemon.input.office import OFFICE_FORMATS, convert_to_pdf, office_format
-
-DocKind = Literal["pdf", "image"]
-
-# PDF readers (Acrobat, PDFium, poppler) accept a header anywhere in the first 1024 bytes;
-# some mail gateways and old generators prepend junk, so we accept the same.
-_PDF_MAGIC = b"%PDF-"
-_PDF_HEADER_WINDOW = 1024
-
-# (signature at offset 0, Pillow format name). WebP needs two checks and is handled apart.
-_IMAGE_SIGNATURES: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "PNG"),
-    (b"\xff\xd8\xff", "JPEG"),
-    (b"II*\x00", "TIFF"),
-    (b"MM\x00*", "TIFF"),
-    (b"II+\x00", "TIFF"),  # BigTIFF
-    (b"MM\x00+", "TIFF"),
-    (b"GIF87a", "GIF"),
-    (b"GIF89a", "GIF"),
-    (b"BM", "BMP"),
-    (b"\x00\x00\x00\x0cjP  \r\n\x87\n", "JPEG2000"),  # JP2 container
-    (b"\xffO\xffQ", "JPEG2000"),  # bare J2K codestream
+from daemon.input.formats import (
+    FORMATS,
+    IMAGE_READER,
+    OFFICE_READER,
+    PDF_READER,
+    DocKind,
+    Head,
+    InputFormat,
+    by_extension,
+    identify,
 )
-# ISO base media files (HEIF, AVIF) name their brand after "ftyp" at offset 4.
-_HEIF_BRANDS = frozenset({b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"hevm",
-                          b"hevs", b"mif1", b"msf1"})
-_AVIF_BRANDS = frozenset({b"avif", b"avis"})
-# Netpbm: "P1".."P6" then whitespace (PBM, PGM, PPM in ASCII or binary).
-_PNM_MAGIC = tuple(f"P{n}".encode() for n in range(1, 7))
-SUPPORTED_IMAGE_FORMATS = frozenset(
-    {"PNG", "JPEG", "TIFF", "WEBP", "BMP", "GIF", "HEIF", "AVIF", "JPEG2000", "PPM"}
-)
+from daemon.input.office import convert_to_pdf
 
-# What a file's extension claims: the format the content must then have.
-_EXTENSION_FORMAT: dict[str, str] = {
-    ".pdf": "PDF",
-    ".png": "PNG",
-    ".jpg": "JPEG",
-    ".jpeg": "JPEG",
-    ".jpe": "JPEG",
-    ".tif": "TIFF",
-    ".tiff": "TIFF",
-    ".webp": "WEBP",
-    ".bmp": "BMP",
-    ".dib": "BMP",
-    ".gif": "GIF",
-    ".heic": "HEIF",
-    ".heif": "HEIF",
-    ".hif": "HEIF",
-    ".avif": "AVIF",
-    ".jp2": "JPEG2000",
-    ".j2k": "JPEG2000",
-    ".j2c": "JPEG2000",
-    ".jpf": "JPEG2000",
-    ".jpx": "JPEG2000",
-    ".pnm": "PPM",
-    ".pbm": "PPM",
-    ".pgm": "PPM",
-    ".ppm": "PPM",
-    ".docx": "DOCX",
-    ".xlsx": "XLSX",
-    ".pptx": "PPTX",
-    ".odt": "ODT",
-    ".ods": "ODS",
-    ".odp": "ODP",
-    ".rtf": "RTF",
-}
-# The usual extension of each format, for the "rename it to" hint.
-_FORMAT_EXTENSION = {"PDF": ".pdf", "PNG": ".png", "JPEG": ".jpg", "TIFF": ".tif",
-                     "WEBP": ".webp", "BMP": ".bmp", "GIF": ".gif", "HEIF": ".heic",
-                     "AVIF": ".avif", "JPEG2000": ".jp2", "PPM": ".pnm",
-                     **{fmt: f".{fmt.lower()}" for fmt in OFFICE_FORMATS}}
+# The Pillow format names we read; anything else Pillow opens is refused.
+SUPPORTED_IMAGE_FORMATS = frozenset(fmt.name for fmt in FORMATS if fmt.reader is IMAGE_READER)
 
 
 def _register_plugins() -> None:
@@ -135,26 +78,13 @@ class DocumentInfo:
 # ---------------------------------------------------------------------------- sniffing
 
 
-def sniff(head: bytes) -> tuple[DocKind, str] | None:
-    """(kind, format) from the first bytes of a file, or None if it is nothing we read."""
-    if head.startswith(_PDF_MAGIC) or _PDF_MAGIC in head[:_PDF_HEADER_WINDOW]:
-        return "pdf", "PDF"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image", "WEBP"
-    if head[4:8] == b"ftyp":
-        brand = head[8:12]
-        if brand in _AVIF_BRANDS:
-            return "image", "AVIF"
-        if brand in _HEIF_BRANDS:
-            # "mif1" is the generic HEIF brand; an AVIF file may list it first.
-            compatible = {head[i : i + 4] for i in range(16, min(len(head), 64), 4)}
-            return "image", "AVIF" if compatible & _AVIF_BRANDS else "HEIF"
-    if head[:2] in _PNM_MAGIC and head[2:3].isspace():
-        return "image", "PPM"
-    for signature, fmt in _IMAGE_SIGNATURES:
-        if head.startswith(signature):
-            return "image", fmt
-    return None
+def sniff(path: Path | None, head: bytes) -> InputFormat | None:
+    """The format of a file from its first bytes, or None if it is nothing we read.
+
+    `path` lets a zip be opened to tell Word from Excel from PowerPoint; without it only
+    the first bytes count.
+    """
+    return identify(Head(head, path))
 
 
 def _safe_prefix(head: bytes) -> str:
@@ -165,11 +95,11 @@ def _safe_prefix(head: bytes) -> str:
 def _not_readable_message(path: Path, head: bytes) -> str:
     start = f"starts with {_safe_prefix(head)}"
     suffix = path.suffix.lower()
-    claimed = _EXTENSION_FORMAT.get(suffix)
-    if claimed == "PDF":
+    claimed = by_extension(suffix)
+    if claimed is not None and claimed.reader is PDF_READER:
         return f"named {suffix} but the content is not a PDF ({start}, not %PDF-)"
-    if claimed in OFFICE_FORMATS:
-        return f"named {suffix} but the content is not {OFFICE_FORMATS[claimed][0]} ({start})"
+    if claimed is not None and claimed.reader is OFFICE_READER:
+        return f"named {suffix} but the content is not {claimed.what} ({start})"
     if claimed is not None:
         return f"named {suffix} but the content is not a supported image ({start})"
     return f"content is not a PDF or a supported image ({start})"
@@ -217,39 +147,54 @@ def inspect(path: Path, *, passwords: Sequence[str], limits: LimitsConfig) -> Do
     at_most("file is", size, "bytes", "max_file_size", limits.max_file_bytes)
     try:
         with path.open("rb") as fh:
-            head = fh.read(_PDF_HEADER_WINDOW)
+            head = fh.read(Head.SIZE)
     except FileNotFoundError as exc:
         raise DocumentError(FailureKind.VANISHED, "the file disappeared") from exc
 
-    sniffed = sniff(head)
+    found = sniff(path, head)
+    if found is None:
+        raise DocumentError(FailureKind.UNSUPPORTED, _not_readable_message(path, head))
     suffix = path.suffix.lower()
-    claimed = _EXTENSION_FORMAT.get(suffix)
-    if sniffed is None:
-        office = office_format(path, head)
-        if office is None:
-            raise DocumentError(FailureKind.UNSUPPORTED, _not_readable_message(path, head))
-        if claimed is not None and claimed != office:
-            raise DocumentError(
-                FailureKind.UNSUPPORTED,
-                f"named {suffix} but the content is {office}, not {claimed}: rename it to "
-                f"{path.stem}{_FORMAT_EXTENSION[office]} if it is meant to be read as {office}",
-            )
-        pdf = convert_to_pdf(path, office)
-        info = _inspect_pdf(pdf, passwords, limits)
-        return DocumentInfo(
-            kind="pdf", format=office, page_count=info.page_count, converted_pdf=pdf
-        )
-    kind, fmt = sniffed
-    if claimed is not None and claimed != fmt:
+    claimed = by_extension(suffix)
+    if claimed is not None and claimed is not found:
+        fmt = found.name
         raise DocumentError(
             FailureKind.UNSUPPORTED,
-            f"named {suffix} but the content is {fmt}, not {claimed}: rename it to "
-            f"{path.stem}{_FORMAT_EXTENSION[fmt]} if it is meant to be read as {fmt}",
+            f"named {suffix} but the content is {fmt}, not {claimed.name}: rename it to "
+            f"{path.stem}{found.usual_extension} if it is meant to be read as {fmt}",
         )
+    return _READERS[found.reader.name](path, found, passwords, limits)
 
-    if kind == "pdf":
-        return _inspect_pdf(path, passwords, limits)
+
+def _read_pdf(
+    path: Path, fmt: InputFormat, passwords: Sequence[str], limits: LimitsConfig
+) -> DocumentInfo:
+    return _inspect_pdf(path, passwords, limits)
+
+
+def _read_office(
+    path: Path, fmt: InputFormat, passwords: Sequence[str], limits: LimitsConfig
+) -> DocumentInfo:
+    pdf = convert_to_pdf(path, fmt)
+    info = _inspect_pdf(pdf, passwords, limits)
+    return DocumentInfo(
+        kind=fmt.reader.kind, format=fmt.name, page_count=info.page_count, converted_pdf=pdf
+    )
+
+
+def _read_image(
+    path: Path, fmt: InputFormat, passwords: Sequence[str], limits: LimitsConfig
+) -> DocumentInfo:
     return _inspect_image(path, fmt, limits)
+
+
+# Each reader of formats.py: how a file of its formats is checked and its pages counted
+# (raster.py renders them by `DocumentInfo.kind`, the reader's `kind`).
+_READERS: dict[str, Callable[[Path, InputFormat, Sequence[str], LimitsConfig], DocumentInfo]] = {
+    PDF_READER.name: _read_pdf,
+    OFFICE_READER.name: _read_office,
+    IMAGE_READER.name: _read_image,
+}
 
 
 def _open_pdf(path: Path, passwords: Sequence[str]) -> tuple[pdfium.PdfDocument, str | None]:
@@ -379,19 +324,15 @@ def check_pixels(im: Image.Image, limit: int) -> None:
         raise _bomb(width, height, limit)
 
 
-def _missing_decoder(fmt: str) -> str | None:
+def _missing_decoder(fmt: InputFormat) -> str | None:
     """What to install when this Pillow cannot decode `fmt`, or None when it can."""
+    if fmt.decoder_hint is None:
+        return None
     Image.init()  # Pillow registers its format plugins lazily
-    if fmt == "HEIF" and "HEIF" not in Image.OPEN:
-        return "HEIF/HEIC images need the pillow-heif package (pip install pillow-heif)"
-    if fmt == "AVIF" and "AVIF" not in Image.OPEN:
-        return "AVIF images need Pillow >= 11.3 built with libavif (pip install -U pillow)"
-    if fmt == "JPEG2000" and "JPEG2000" not in Image.OPEN:
-        return "JPEG 2000 images need a Pillow built with OpenJPEG (pip install -U pillow)"
-    return None
+    return None if fmt.name in Image.OPEN else fmt.decoder_hint
 
 
-def _inspect_image(path: Path, fmt: str, limits: LimitsConfig) -> DocumentInfo:
+def _inspect_image(path: Path, fmt: InputFormat, limits: LimitsConfig) -> DocumentInfo:
     missing = _missing_decoder(fmt)
     if missing is not None:
         raise DocumentError(FailureKind.UNSUPPORTED, missing)
@@ -402,12 +343,12 @@ def _inspect_image(path: Path, fmt: str, limits: LimitsConfig) -> DocumentInfo:
                 f"content is not a PDF or a supported image (it is {im.format})",
             )
         # Only TIFF pages are pages; GIF and WebP frames are animation, so we read frame 1.
-        pages = int(getattr(im, "n_frames", 1)) if fmt == "TIFF" else 1
+        pages = int(getattr(im, "n_frames", 1)) if fmt.frames_are_pages else 1
         # Decode now so truncation is reported before any engine time is spent. Pillow's
         # LOAD_TRUNCATED_IMAGES stays off: a silently grey half-page would be worse.
         im.load()
     at_most("image has", pages, "pages", "max_pages", limits.max_pages)
-    return DocumentInfo(kind="image", format=fmt, page_count=pages)
+    return DocumentInfo(kind=fmt.reader.kind, format=fmt.name, page_count=pages)
 
 
 def at_most(what: str, count: int, unit: str, key: str, limit: int) -> None:
