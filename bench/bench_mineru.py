@@ -129,7 +129,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     sys.path.insert(0, str(REPO))
     from bench.bench_engine import instrument, plan_probe
-    from daemon.document.page import PageInput, PageOptions
+    from daemon.document.page import PageInput, PageOptions, TextLayer
 
     import_seconds = time.monotonic() - t_import
     path: str = spec["path"]
@@ -177,7 +177,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
         # textlayer: what a user gets by default (precision auto, text_layer auto)
         precision = "auto" if path == "textlayer" else path
-        text_layer = "auto" if path == "textlayer" else "off"
+        text_layer: TextLayer = "auto" if path == "textlayer" else "off"
         engine = MinerUEngine(_engine_config(spec, precision, text_layer))
         t_load = time.monotonic()
         info = engine.load()

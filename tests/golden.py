@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.config.settings import LimitsConfig
-from daemon.document.page import PageOptions, no_progress
+from daemon.document.page import PageOptions, TextLayer, no_progress
 from daemon.engines.mineru import engine as mineru
 from daemon.engines.mineru.engine import Prediction, run_page
 from daemon.input import raster
@@ -33,7 +33,7 @@ GOLDEN = SHARED / "golden" / "mineru-4.0.12"
 CORPUS = SHARED / "corpus" / "pdf"
 FIXTURES = ("docling__2305.03393v1-pg9", "docling__code_and_formula",
             "docling__picture_classification", "docling__redp5110_sampled")
-VARIANTS = {"advanced_ocr": "off", "advanced_auto": "auto"}
+VARIANTS: dict[str, TextLayer] = {"advanced_ocr": "off", "advanced_auto": "auto"}
 
 # MinerU 4's client flags at tier `advanced` (its `_create_model`): image analysis on,
 # formula wrapping in tables on, no cross-page table merge.

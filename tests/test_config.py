@@ -871,3 +871,12 @@ def test_page_keys_are_exactly_the_page_options_fields() -> None:
 
     assert {f.name for f in dataclasses.fields(PageOptions)} == set(PAGE_OPTION_KEYS)
 
+
+def test_page_keys_take_their_defaults_from_page_options(tmp_path: Path) -> None:
+    # One source of truth: a page no config reached (a test, a plugin engine's own use) is
+    # read exactly as one under a config that leaves the page keys alone.
+    from daemon.document.page import PageOptions
+
+    cfg = load_config(minimal(tmp_path))
+    assert page_options_for(cfg, None) == PageOptions()
+    assert page_options_for(cfg, cfg.inboxes[0]) == PageOptions()

@@ -66,7 +66,7 @@ from daemon.config.values import (
     type_name,
 )
 from daemon.config.yamlfile import parse_yaml, read_text, yaml_problem
-from daemon.document.page import PageOptions
+from daemon.document.page import PageOptions, TextLayer
 from daemon.input.formats import DEFAULT_PATTERNS
 from daemon.service.auth import is_loopback
 
@@ -81,7 +81,6 @@ WatchMode = Literal["auto", "events", "poll"]
 AfterSuccess = Literal["archive", "delete", "keep"]
 OnDuplicate = Literal["move", "delete", "keep"]
 Precision = Literal["auto", "fp32", "bf16", "mixed", "int8", "bf16-int8"]
-TextLayer = Literal["auto", "off"]
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
@@ -306,6 +305,11 @@ class LlamaCppConfig:
     )
 
 
+# The page keys' defaults are PageOptions' own: the worker's view of a page and the
+# engine section cannot disagree on them.
+_PAGE: Final = PageOptions()
+
+
 @settings
 class EngineConfig:
     name: str = setting(
@@ -346,27 +350,35 @@ class EngineConfig:
         doc="mineru, transformers: a page's blocks recognised together per generate() call",
     )
     text_layer: TextLayer = setting(
-        default="auto",
+        default=_PAGE.text_layer,
         choices=get_args(TextLayer),
         page=True,
         doc='use a born-digital PDF\'s own text inside layout boxes; `"off"` = model everywhere',
     )
-    dpi: int = setting(default=200, parse=p_int(50, 600), page=True, doc="PDF render resolution")
+    dpi: int = setting(
+        default=_PAGE.dpi, parse=p_int(50, 600), page=True, doc="PDF render resolution"
+    )
     max_long_side: int = setting(
-        default=4000,
+        default=_PAGE.max_long_side,
         parse=p_int(256, 20_000, "pixels"),
         page=True,
         doc="pixel cap: a larger rendered page or image is scaled down to it",
     )
     max_new_tokens_layout: int = setting(
-        default=1536, parse=p_int(1, 131_072), page=True, doc="generation cap of the layout step"
+        default=_PAGE.max_new_tokens_layout,
+        parse=p_int(1, 131_072),
+        page=True,
+        doc="generation cap of the layout step",
     )
     max_new_tokens_block: int = setting(
-        default=1024, parse=p_int(1, 131_072), page=True, doc="generation cap per block"
+        default=_PAGE.max_new_tokens_block,
+        parse=p_int(1, 131_072),
+        page=True,
+        doc="generation cap per block",
     )
     # Mostly useful per inbox ("first page of every invoice"); pages past the end are ignored.
     pages: str | None = setting(
-        default=None,
+        default=_PAGE.pages,
         parse=p_pages,
         nullable=True,
         page=True,

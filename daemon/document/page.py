@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -130,6 +130,10 @@ class PageInput:
     page_size_pt: tuple[float, float] | None = None  # PDF page size in points
 
 
+# `engine.text_layer`: a born-digital PDF's own text inside layout boxes, or the model only.
+TextLayer = Literal["auto", "off"]
+
+
 @dataclass(frozen=True)
 class PageOptions:
     """Everything that decides how one page is rendered and read, complete.
@@ -138,7 +142,8 @@ class PageOptions:
     over it (`config.page_options_for`); it travels to the worker as it is.
     """
 
-    text_layer: str = "auto"  # auto | off
+    # The defaults of the page keys: config's `engine` section takes its defaults from here.
+    text_layer: TextLayer = "auto"
     dpi: int = 200
     max_long_side: int = 4000
     max_new_tokens_layout: int = 1536
