@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from daemon.common.live import CurrentDoc
+from daemon.common.live import CurrentDoc, Phase
 from daemon.config.settings import Config, load_config
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.output.publish import Publisher
 from daemon.work.protocol import Inspect, ParsePage, Progress, Request
-from daemon.work.supervisor import Phase, Supervisor, exit_reason
+from daemon.work.supervisor import Supervisor, exit_reason
 from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf
 from tests.fakeworker import FakeContext, FakeWorker

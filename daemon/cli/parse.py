@@ -17,12 +17,13 @@ from typing import Any
 from tqdm import tqdm
 
 from daemon.common.errors import ExitCode
+from daemon.common.live import Phase
 from daemon.config.settings import Config
 from daemon.intake.ingest import sha256_file
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
 from daemon.output.publish import Publisher
-from daemon.work.supervisor import Phase, Supervisor
+from daemon.work.supervisor import Supervisor
 
 
 class _KeepOriginals(Publisher):

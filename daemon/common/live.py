@@ -12,6 +12,7 @@ process (maybe an older version), so reading it never trusts a type.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -145,9 +146,21 @@ class CurrentDoc:
         )
 
 
+class Phase(str, enum.Enum):
+    """Where the supervisor is with its worker. Kept here, with the facts that carry it,
+    so the surfaces (health, metrics) read its values without importing the supervisor."""
+
+    DOWN = "down"  # no worker; (re)start when backoff allows
+    STARTING = "starting"  # spawned, loading the engine
+    IDLE = "idle"
+    BUSY = "busy"
+    STOPPING = "stopping"  # asked to exit; waiting for it
+    FATAL = "fatal"  # the engine cannot run here and there is no fallback
+
+
 @dataclass(frozen=True)
 class WorkerFacts:
-    phase: str  # the supervisor's Phase value; "stopped" when no daemon runs
+    phase: str  # a Phase value; "stopped" when no daemon runs
     pid: int | None = None
     rss: int | None = None  # bytes, last sample
     peak_rss: int | None = None

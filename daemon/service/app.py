@@ -23,7 +23,7 @@ from types import FrameType
 from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
-from daemon.common.live import InboxFacts, Live
+from daemon.common.live import InboxFacts, Live, Phase
 from daemon.config.settings import Config, ConfigError, check_paths, http_token, load_config
 from daemon.intake.ingest import Ingestor, IngestRetries
 from daemon.intake.watcher import Watcher
@@ -33,7 +33,7 @@ from daemon.output.publish import Publisher
 from daemon.service.httpserver import HttpServer, start_http_server
 from daemon.service.notify import Notifier
 from daemon.service.reminder import Reminder
-from daemon.work.supervisor import Phase, Supervisor
+from daemon.work.supervisor import Supervisor
 
 log = logging.getLogger("docinbox")
 

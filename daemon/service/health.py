@@ -22,8 +22,8 @@ import enum
 from dataclasses import dataclass
 
 from daemon import __version__
+from daemon.common.live import Phase
 from daemon.service.status import Status
-from daemon.work.supervisor import Phase
 
 
 class Verdict(str, enum.Enum):

@@ -38,10 +38,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import CollectorRegistry
 
 from daemon import __version__
+from daemon.common.live import Phase
 from daemon.jobs.states import JobState
 from daemon.service.health import Health, Verdict
 from daemon.service.status import RECENT_PAGES, Status
-from daemon.work.supervisor import Phase
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import enum
 import functools
 import logging
 import multiprocessing
@@ -37,7 +36,7 @@ import psutil
 
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
-from daemon.common.live import CurrentDoc, EngineFacts, SupervisorFacts, WorkerFacts
+from daemon.common.live import CurrentDoc, EngineFacts, Phase, SupervisorFacts, WorkerFacts
 from daemon.config.folders import folder_in_error
 from daemon.config.settings import Config, page_options_for, parse_page_range
 from daemon.document.page import PageOptions
@@ -110,15 +109,6 @@ class ProcessContext(Protocol):
     def Process(
         self, target: Callable[..., object], args: tuple[object, ...], name: str, daemon: bool
     ) -> WorkerProcess: ...
-
-
-class Phase(str, enum.Enum):
-    DOWN = "down"  # no worker; (re)start when backoff allows
-    STARTING = "starting"  # spawned, loading the engine
-    IDLE = "idle"
-    BUSY = "busy"
-    STOPPING = "stopping"  # asked to exit; waiting for it
-    FATAL = "fatal"  # the engine cannot run here and there is no fallback
 
 
 @dataclass
