@@ -31,8 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import sqlite_utils
-
 from daemon.document.page import Crop
 from daemon.jobs.states import JobState, check_transition
 
@@ -285,7 +283,6 @@ class Store:
             with contextlib.suppress(OSError):
                 os.chmod(path, 0o600)
         self.conn = connect(path, readonly=readonly)
-        self.db = sqlite_utils.Database(self.conn)
         if not readonly:
             self._migrate()
 
@@ -341,14 +338,21 @@ class Store:
         self._check_schema()
 
     def _check_schema(self) -> None:
-        """Every table and column the code uses exists (sqlite-utils' introspection)."""
+        """Every table and column the code uses exists.
+
+        Read with PRAGMA table_info rather than sqlite-utils' introspection: importing
+        sqlite-utils imports numpy whenever numpy is installed (the worker needs it), and
+        the daemon process must stay light (tests/test_daemon_imports.py)."""
         problems = []
-        tables = set(self.db.table_names())
+        tables = {
+            r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
         for table, wanted in EXPECTED_COLUMNS.items():
             if table not in tables:
                 problems.append(f"table {table} is missing")
                 continue
-            missing = wanted - set(self.db[table].columns_dict)
+            columns = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            missing = wanted - columns
             if missing:
                 problems.append(f"{table} lacks column(s) {', '.join(sorted(missing))}")
         if problems:
