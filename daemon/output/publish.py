@@ -44,6 +44,60 @@ def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).isoformat(timespec="seconds")
 
 
+# output.layout "mineru-legacy" keeps MinerU's files in this subfolder.
+LEGACY_LAYOUT = "mineru-legacy"
+LEGACY_SUBFOLDER = "auto"
+
+
+@dataclass(frozen=True)
+class FileNames:
+    """The names of a document's files inside its outbox folder, in one place:
+    `document_files` writes them and the status page finds them by them."""
+
+    name: str  # the sanitised stem the files are named after
+    layout: str = "default"
+
+    @classmethod
+    def in_folder(cls, folder: Path) -> FileNames:
+        """The names a published folder was written with, as far as the folder shows:
+        its layout (a real `auto/` subfolder, not a link) and its own name as the stem."""
+        sub = folder / LEGACY_SUBFOLDER
+        legacy = sub.is_dir() and not sub.is_symlink()
+        return cls(folder.name, LEGACY_LAYOUT if legacy else "default")
+
+    @property
+    def prefix(self) -> str:
+        return f"{LEGACY_SUBFOLDER}/" if self.layout == LEGACY_LAYOUT else ""
+
+    @property
+    def markdown(self) -> str:
+        return f"{self.prefix}{self.name}.md"
+
+    @property
+    def content_list(self) -> str:
+        return f"{self.prefix}{self.name}_content_list.json"
+
+    @property
+    def content_list_v2(self) -> str:
+        return f"{self.prefix}{self.name}_content_list_v2.json"
+
+    @property
+    def middle(self) -> str:
+        return f"{self.prefix}{self.name}_middle.json"
+
+    @property
+    def model(self) -> str:
+        return f"{self.prefix}{self.name}_model.json"
+
+    def image(self, crop: str) -> str:
+        return f"{self.prefix}images/{crop}"
+
+    @property
+    def meta(self) -> str:
+        # Always at the top: the outbox writer recognises a document's folder by it.
+        return f"{self.name}.meta.json"
+
+
 @dataclass(frozen=True)
 class DocumentFiles:
     """Everything a finished document's folder is rendered from."""
@@ -69,18 +123,18 @@ def document_files(
     middle = build_middle(
         doc.pages, page_count=doc.page_count, file_suffix=doc.file_suffix, engine=doc.engine
     )
-    prefix = "auto/" if layout == "mineru-legacy" else ""
+    names = FileNames(name, layout)
     files = {
-        f"{prefix}{name}.md": markdown(middle).encode("utf-8"),
-        f"{prefix}{name}_content_list.json": json_bytes(content_list(middle)),
+        names.markdown: markdown(middle).encode("utf-8"),
+        names.content_list: json_bytes(content_list(middle)),
     }
     if extra_json:
-        files[f"{prefix}{name}_content_list_v2.json"] = json_bytes(content_list_v2(middle))
-        files[f"{prefix}{name}_middle.json"] = json_bytes(middle)
-        files[f"{prefix}{name}_model.json"] = json_bytes(list(doc.model))
+        files[names.content_list_v2] = json_bytes(content_list_v2(middle))
+        files[names.middle] = json_bytes(middle)
+        files[names.model] = json_bytes(list(doc.model))
     for crop, jpeg in doc.crops.items():
-        files[f"{prefix}images/{crop}"] = jpeg
-    files[f"{name}.meta.json"] = json_bytes(doc.meta)
+        files[names.image(crop)] = jpeg
+    files[names.meta] = json_bytes(doc.meta)
     return files
 
 

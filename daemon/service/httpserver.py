@@ -149,7 +149,7 @@ class _Handler(BaseHTTPRequestHandler):
             job = store.job(job_id)
         finally:
             store.close()
-        files = web.document_files(cfg, job) if job is not None else None
+        files = web.document_paths(cfg, job) if job is not None else None
         if job is None or files is None:
             self._send(404, "text/plain; charset=utf-8", b"no converted document with that id\n")
         elif content_list:

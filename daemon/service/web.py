@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from daemon.common.units import age, gib, mib
 from daemon.config.settings import Config
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job
+from daemon.output.publish import FileNames
 from daemon.service import charts
 from daemon.service.health import Health
 from daemon.service.status import Status
@@ -100,36 +102,36 @@ def status_page(status: Status, health: Health) -> str:
 
 
 @dataclass(frozen=True)
-class DocumentFiles:
+class DocumentPaths:
+    """Where a done job's Markdown and content_list are on disk."""
+
     markdown: Path
     content_list: Path | None
 
 
-def document_files(cfg: Config, job: Job) -> DocumentFiles | None:
+def document_paths(cfg: Config, job: Job) -> DocumentPaths | None:
     """The outputs of a done job, or None. The folder comes from the database, and is
     accepted only inside the outbox (a database from elsewhere must not make this
-    server read /etc)."""
+    server read /etc). The file names are publish's (`FileNames`)."""
     if job.state != JobState.DONE or not job.output_dir:
         return None
     outbox = cfg.outbox.resolve()
     folder = Path(job.output_dir).resolve()
     if not folder.is_relative_to(outbox) or not folder.is_dir():
         return None
-    stem = folder.name
-    if (folder / "auto").is_dir() and not (folder / "auto").is_symlink():
-        folder = folder / "auto"  # output.layout: mineru-legacy keeps MinerU's files there
-    markdown = folder / f"{stem}.md"
+    names = FileNames.in_folder(folder)
+    markdown = folder / names.markdown
     if not markdown.is_file():
-        found = sorted(p for p in folder.glob("*.md") if not p.name.startswith("."))
+        found = sorted(p for p in markdown.parent.glob("*.md") if not p.name.startswith("."))
         if not found:
             return None
         markdown = found[0]
-        stem = markdown.stem
-    content_list = folder / f"{stem}_content_list.json"
+        names = dataclasses.replace(names, name=markdown.stem)
+    content_list = folder / names.content_list
     for p in (markdown, content_list):
         if p.is_symlink():
             return None
-    return DocumentFiles(markdown, content_list if content_list.is_file() else None)
+    return DocumentPaths(markdown, content_list if content_list.is_file() else None)
 
 
 def read_capped(path: Path, cap: int) -> tuple[bytes, bool]:
