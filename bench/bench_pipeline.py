@@ -30,6 +30,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.config.settings import check_paths, load_config
+from daemon.document.page import Json
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Store
@@ -49,6 +50,11 @@ VARIANTS = (
 
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def _seconds(value: Json) -> float:
+    """A page's timing fact (None when the worker measured none)."""
+    return float(value) if isinstance(value, int | float) else 0.0
 
 
 def run_once(pdf: Path, engine: str, dpi: int, lookahead: int, wake: bool) -> dict[str, float]:
@@ -99,8 +105,8 @@ def run_once(pdf: Path, engine: str, dpi: int, lookahead: int, wake: bool) -> di
                 time.sleep(0.05)
             store.close()
     later = pages[1:]  # the first page has no page before it
-    engine_s = sum(float(p["info"].get("engine_seconds") or 0.0) for p in later)
-    idle_s = sum(float(p["info"].get("idle_seconds") or 0.0) for p in later)
+    engine_s = sum(_seconds(p.info.get("engine_seconds")) for p in later)
+    idle_s = sum(_seconds(p.info.get("idle_seconds")) for p in later)
     return {
         "pages": len(pages),
         "wall": wall,

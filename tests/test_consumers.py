@@ -64,10 +64,9 @@ def document(root: Path, layout: str) -> Path:
              "page_0_equation_7.jpg": jpeg((40, 5))}
     page = PageData(page_idx=0, blocks=blocks, crop_names=frozenset(crops),
                     size_pt=(612.0, 792.0))
-    doc = publish.DocumentFiles(pages=[page], meta={}, crops=crops, page_count=1,
+    doc = publish.DocumentFiles(pages=[page], meta={"job_id": 1}, crops=crops, page_count=1,
                                 file_suffix="pdf", engine="mineru")
-    return publish.write_document(root, "", "report", SHA, [page], {"job_id": 1}, doc=doc,
-                                  layout=layout)
+    return publish.write_document(root, "", "report", SHA, doc, layout=layout)
 
 
 def ragflow_read(out: Path, stem: str, method: str = "auto") -> list[dict[str, Any]] | None:

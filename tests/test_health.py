@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.common.live import Live
 from daemon.config.settings import Config, HttpConfig, InboxConfig
+from daemon.document.record import PageRecord
 from daemon.jobs.store import Store
 from daemon.service.health import Thresholds
 from daemon.service.httpserver import HttpServer, start_http_server
@@ -60,7 +61,7 @@ def store(cfg: Config) -> Iterator[Store]:
     arrive(s, "d.pdf", "d", NOW - 60)
     s.start_job(done, NOW - 400, "mineru")
     for i, secs in enumerate((1.5, 4.0, 40.0)):
-        s.save_page(done, i, [], {}, "mineru", secs, NOW - 300 + i)
+        s.save_page(done, PageRecord(i, (), "mineru", secs), NOW - 300 + i)
     s.finish_job(done, NOW - 290, "/out/a", 45.5)
     s.start_job(failed, NOW - 280, "mineru")
     s.fail_job(failed, NOW - 270, "corrupt", "truncated")

@@ -51,6 +51,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.common.errors": (0, "shared"),
     "daemon.jobs.states": (0, "shared"),
     "daemon.document.page": (0, "shared"),
+    "daemon.document.record": (0, "shared"),
     "daemon.common.display": (0, "shared"),
     "daemon.common.units": (0, "shared"),
     "daemon.common.cpus": (0, "shared"),

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import re
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,15 @@ from daemon.common import display, errors
 from daemon.common.errors import FailureKind
 from daemon.config import settings as config
 from daemon.config.schema import declared
-from daemon.document.page import Block
+from daemon.document.page import Block, Crop, EngineInfo
+from daemon.document.record import PageRecord
+from daemon.jobs.store import MIGRATIONS, SCHEMA_VERSION, Store
 from daemon.output import durable, originals, publish
 from daemon.output import outbox as outbox_writer
 from daemon.output.formats import content_list, markdown
 from daemon.output.formats.middle import PageData, build_middle
 from daemon.output.publish import as_pages
+from tests.conftest import write_config
 
 SHA_A = "a" * 8 + "1" * 56
 SHA_B = "b" * 8 + "2" * 56
@@ -267,14 +271,11 @@ def write(
     pages: list[list[Block]] | None = None,
     meta: dict[str, Any] | None = None,
 ) -> Path:
-    return publish.write_document(
-        outbox,
-        subdir,
-        stem,
-        sha,
-        pages if pages is not None else every_block_type(),
-        meta if meta is not None else {"job_id": 7},
+    doc = publish.DocumentFiles(
+        pages=as_pages(pages if pages is not None else every_block_type()),
+        meta=meta if meta is not None else {"job_id": 7},
     )
+    return publish.write_document(outbox, subdir, stem, sha, doc)
 
 
 def test_write_document_layout_and_no_tmp(tmp_path: Path) -> None:
@@ -300,9 +301,10 @@ def test_write_document_layout_and_no_tmp(tmp_path: Path) -> None:
 def test_mineru_legacy_layout_crops_and_no_extra_json(tmp_path: Path) -> None:
     page = PageData(page_idx=0, blocks=(b("image", index=2),),
                     crop_names=frozenset({"page_0_image_2.jpg"}))
-    doc = publish.DocumentFiles(pages=[page], meta={}, crops={"page_0_image_2.jpg": b"JPEG"})
-    folder = publish.write_document(tmp_path, "", "scan", SHA_A, [page], {"job_id": 1}, doc=doc,
-                                    layout="mineru-legacy", extra_json=False)
+    doc = publish.DocumentFiles(pages=[page], meta={"job_id": 1},
+                                crops={"page_0_image_2.jpg": b"JPEG"})
+    folder = publish.write_document(tmp_path, "", "scan", SHA_A, doc, layout="mineru-legacy",
+                                    extra_json=False)
     files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
     # RAGFlow's MinerU parser looks in <stem>/auto/; the meta stays where the outbox
     # writer recognises the folder as this document's.
@@ -312,6 +314,72 @@ def test_mineru_legacy_layout_crops_and_no_extra_json(tmp_path: Path) -> None:
     assert (folder / "auto/scan.md").read_text() == "![](images/page_0_image_2.jpg)\n"
     [entry] = json.loads((folder / "auto/scan_content_list.json").read_text())
     assert entry["img_path"] == "images/page_0_image_2.jpg"
+
+
+# Two stored pages of a MinerU document: a text layer title, a figure with its crop, and
+# the model's raw answers on the first page.
+STORED = (
+    PageRecord(0, (b("title", "Report", source="text_layer", index=0),
+                   b("image", "a chart", index=1, sub_type="bar_chart")),
+               "mineru", 2.25, info={"page_size_pt": [612.0, 792.0], "model_blocks": 1},
+               model_output={"layout": {"raw_output": "<|box_start|>..."}, "blocks": []},
+               crops=(Crop("page_0_image_1.jpg", b"\xff\xd8jpeg", (40, 20)),)),
+    PageRecord(1, (b("text", "Done.", continues_prev=True),), "lite", 0.5,
+               info={"page_size_pt": [612.0, 792.0], "orientation": {"angle": 0}}),
+)
+
+
+def publish_stored(root: Path, store: Store) -> dict[str, bytes]:
+    cfg = config.load_config(write_config(root, after_success="keep"))
+    job = store.job(1)
+    assert job is not None
+    engine = EngineInfo("mineru", "opendatalab/MinerU2.5-2509-1.2B", details={"runtime": "http"})
+    folder = Path(publish.Publisher(cfg, store, lambda: 1.7e9).complete(job, engine))
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_a_database_of_the_previous_release_still_publishes(tmp_path: Path) -> None:
+    """Schema 3 kept a page's blocks as a bare JSON list, with keys an older release had
+    (the engine-made Markdown "md"). Such a file opens, migrates and publishes the very
+    bytes the pages stored today publish."""
+    now = tmp_path / "now"
+    current = Store(now / "state.sqlite3")
+    arrived = current.record_arrival(path="/in/report.pdf", inbox="/in", subdir="", size=10,
+                                     mtime_ns=1, sha256=SHA_A, now=100)
+    assert arrived is not None
+    current.start_job(arrived.job.id, 101, "mineru")
+    current.set_page_count(arrived.job.id, 2)
+    for page in STORED:
+        current.save_page(arrived.job.id, page, 102)
+    expected = publish_stored(now, current)
+    current.close()
+
+    old = tmp_path / "old"
+    old.mkdir()
+    db = sqlite3.connect(old / "state.sqlite3", isolation_level=None)
+    for statement in (s for step in MIGRATIONS[:3] for s in step):
+        db.execute(statement)
+    db.execute("PRAGMA user_version=3")
+    db.execute("INSERT INTO documents VALUES(1, ?, 10, 100)", (SHA_A,))
+    db.execute("INSERT INTO jobs(id, document_id, source_path, inbox, state, attempts,"
+               " created_at, started_at, engine, page_count, pages_done)"
+               " VALUES(1, 1, '/in/report.pdf', '/in', 'running', 1, 100, 101, 'mineru', 2, 2)")
+    for page in STORED:
+        blocks = [{**dataclasses.asdict(x), "bbox": list(x.bbox), "md": "old"} for x in page.blocks]
+        db.execute("INSERT INTO pages VALUES(1, ?, ?, ?, ?, ?, 102, ?)",
+                   (page.page_idx, json.dumps(blocks), json.dumps(page.info), page.engine,
+                    page.seconds, json.dumps(page.model_output) if page.model_output else None))
+        for crop in page.crops:
+            db.execute("INSERT INTO page_crops VALUES(1, ?, ?, ?, ?, ?)",
+                       (page.page_idx, crop.name, crop.jpeg, *crop.size))
+    db.close()
+    migrated = Store(old / "state.sqlite3")
+    assert migrated.schema_version() == SCHEMA_VERSION
+    assert migrated.pages(1) == list(STORED)  # the same typed records, "md" dropped
+    assert publish_stored(old, migrated) == expected
+    migrated.close()
+    assert "images/page_0_image_1.jpg" in expected and '"text_layer": 1' in str(
+        expected["report.meta.json"], "utf-8")
 
 
 def test_json_is_utf8_unescaped_and_survives_odd_meta(tmp_path: Path) -> None:

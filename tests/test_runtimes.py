@@ -303,7 +303,7 @@ def test_tls_with_a_private_ca_bundle(server: LlamaServer, tmp_path: Path) -> No
         engine = http_engine(proxy.url, ca_bundle=ca / "ca.pem", api_key="s3cret-key")
         info = engine.load()
         try:
-            assert info.details["server"].startswith("https://localhost:")
+            assert str(info.details["server"]).startswith("https://localhost:")
             assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
             assert "s3cret" not in repr(engine.config)
         finally:

@@ -17,6 +17,7 @@ import yaml
 
 from daemon.common.live import CurrentDoc, Live
 from daemon.config.settings import Config, ConfigError, http_token, load_config, redacted_dict
+from daemon.document.record import PageRecord
 from daemon.jobs.store import Store
 from daemon.service.httpserver import HttpServer, start_http_server
 from daemon.service.status import collect
@@ -35,7 +36,7 @@ def store(cfg: Config) -> Iterator[Store]:  # noqa: F811 - uses the imported cfg
     s.start_job(done, NOW - 400, "lite")
     s.set_page_count(done, 2)
     for i, secs in enumerate((1.5, 2.5)):
-        s.save_page(done, i, [], {}, "lite", secs, NOW - 300 + i)
+        s.save_page(done, PageRecord(i, (), "lite", secs), NOW - 300 + i)
     folder = cfg.outbox / "report"
     folder.mkdir()
     (folder / "report.md").write_text(

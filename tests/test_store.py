@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -10,6 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from daemon.document.page import Block, Crop, Json
+from daemon.document.record import (
+    BLOCKS_VERSION,
+    PageRecord,
+    StoredBlocksError,
+    decode_blocks,
+    encode_blocks,
+)
 from daemon.jobs.states import TRANSITIONS, IllegalTransition, JobState, check_transition
 from daemon.jobs.store import SCHEMA_VERSION, IngestResult, SchemaError, Store
 from tests.conftest import present
@@ -130,8 +139,10 @@ def test_job_lifecycle_pages_and_resume(store: Store) -> None:
     job = store.start_job(jid, 101, "lite")
     assert job.state == JobState.RUNNING and job.attempts == 1 and job.engine == "lite"
     store.set_page_count(jid, 3)
-    store.save_page(jid, 0, [{"type": "text"}], {"k": 1}, "lite", 1.5, 102)
-    store.save_page(jid, 1, [], {}, "lite", 2.5, 103)
+    first = PageRecord(0, (Block("text", (0.1, 0.2, 0.9, 0.3), text="x"),), "lite", 1.5,
+                       info={"k": 1, "page_size_pt": [612.0, 792.0]})
+    store.save_page(jid, first, 102)
+    store.save_page(jid, PageRecord(1, (), "lite", 2.5), 103)
     assert store.done_pages(jid) == {0, 1}
     assert present(store.job(jid)).pages_done == 2
     # the daemon is killed: on start the job goes back to the queue with its pages
@@ -140,10 +151,12 @@ def test_job_lifecycle_pages_and_resume(store: Store) -> None:
     assert job.state == JobState.QUEUED and job.crashes == 0
     assert store.done_pages(jid) == {0, 1}
     store.start_job(jid, 201, "lite")
-    store.save_page(jid, 2, [], {}, "lite", 1.0, 202)
+    store.save_page(jid, PageRecord(2, (), "lite", 1.0), 202)
     done = store.finish_job(jid, 203, "/out/a", 5.0)
     assert done.state == JobState.DONE and done.output_dir == "/out/a"
-    assert [p["page_idx"] for p in store.pages(jid)] == [0, 1, 2]
+    pages = store.pages(jid)
+    assert [p.page_idx for p in pages] == [0, 1, 2]
+    assert pages[0] == first and pages[0].size_pt == (612.0, 792.0)  # the same record back
     with pytest.raises(IllegalTransition):
         store.start_job(jid, 204, "lite")
     # reprocess clears pages and starts over
@@ -215,8 +228,6 @@ def test_runtime_facts_roundtrip(store: Store) -> None:
 
 
 def test_crops_and_model_answers_survive_a_restart_and_go_with_reprocess(tmp_path: Path) -> None:
-    from daemon.document.page import Crop
-
     db = tmp_path / "state.sqlite3"
     s = Store(db)
     res = arrive(s, "/in/a.pdf", "a" * 64)
@@ -224,16 +235,32 @@ def test_crops_and_model_answers_survive_a_restart_and_go_with_reprocess(tmp_pat
     jid = res.job.id
     s.start_job(jid, 101, "mineru")
     crop = Crop(name="page_0_table_3.jpg", jpeg=b"\xff\xd8jpeg", size=(40, 20))
-    answers = {"layout": {"raw_output": "<|box_start|>..."}, "blocks": []}
-    s.save_page(jid, 0, [], {}, "mineru", 1.0, 102, crops=[crop], model_output=answers)
-    s.save_page(jid, 0, [], {}, "mineru", 1.0, 103, crops=[crop])  # a page redone: no dupes
+    answers: dict[str, Json] = {"layout": {"raw_output": "<|box_start|>..."}, "blocks": []}
+    page = PageRecord(0, (), "mineru", 1.0, crops=(crop,), model_output=answers)
+    s.save_page(jid, page, 102)
+    redone = PageRecord(0, (), "mineru", 1.0, crops=(crop,))
+    s.save_page(jid, redone, 103)  # a page redone: no dupes
     s.close()
     s = Store(db)  # a restart: page-level resume keeps the page's crops
     assert s.crops(jid) == {0: [crop]}
-    assert s.pages(jid)[0]["model_output"] is None  # replaced with the redone page
-    s.save_page(jid, 1, [], {}, "mineru", 1.0, 104, model_output=answers)
-    assert s.pages(jid)[1]["model_output"] == answers
+    assert s.pages(jid)[0] == redone  # replaced with the redone page, crops included
+    s.save_page(jid, PageRecord(1, (), "mineru", 1.0, model_output=answers), 104)
+    assert s.pages(jid)[1].model_output == answers
     s.finish_job(jid, 105, "/out/a", 2.0)
     s.reprocess(jid, 106)
     assert s.crops(jid) == {} and s.pages(jid) == []
     s.close()
+
+
+def test_stored_blocks_carry_their_version_and_an_unknown_one_is_refused() -> None:
+    blocks = (Block("title", (0.1, 0.1, 0.9, 0.2), text="T", text_level=1, index=0),)
+    text = encode_blocks(blocks)
+    assert json.loads(text)["version"] == BLOCKS_VERSION
+    assert decode_blocks(text) == blocks
+    # version 0, an older release's bare list, with a key this version no longer has
+    assert decode_blocks('[{"type": "text", "bbox": [0, 0, 1, 1], "md": "x"}]') == (
+        Block("text", (0, 0, 1, 1)),
+    )
+    for unknown in ('{"version": 99, "blocks": []}', '"text"', '{"version": 1, "blocks": 3}'):
+        with pytest.raises(StoredBlocksError):
+            decode_blocks(unknown)

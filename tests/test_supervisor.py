@@ -22,6 +22,7 @@ import pytest
 
 from daemon.common.live import CurrentDoc, Phase
 from daemon.config.settings import Config, load_config
+from daemon.document.page import EngineInfo
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Store, StoreBusy
@@ -86,7 +87,7 @@ class FlakyPublisher(Publisher):
 
     fail_with: BaseException | None = None
 
-    def complete(self, job: Any, engine: dict[str, Any]) -> str:
+    def complete(self, job: Job, engine: EngineInfo | None) -> str:
         if self.fail_with is not None:
             raise self.fail_with
         return super().complete(job, engine)

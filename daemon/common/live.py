@@ -42,7 +42,8 @@ def _map(value: object) -> Mapping[str, object]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _scalars(value: object) -> dict[str, Scalar]:
+def scalars(value: object) -> dict[str, Scalar]:
+    """The scalar values of a mapping as they are, anything else as its text."""
     return {
         str(k): v if isinstance(v, str | int | float | bool) or v is None else str(v)
         for k, v in _map(value).items()
@@ -95,7 +96,7 @@ class EngineFacts:
             model_id=_str(info.get("model_id")),
             revision=_str(info.get("revision")),
             precision=_str(info.get("precision")),
-            details=_scalars(info.get("details")),
+            details=scalars(info.get("details")),
             loaded=True,
         )
 

@@ -9,12 +9,17 @@ is typed only for the type checker; the worker and the engines are the ones hold
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from PIL import Image
+
+# A JSON value, as json.loads hands it back. The engines' free-form facts (page info,
+# engine details) and the model's raw answers are this: they are stored as JSON and
+# written to meta.json and <stem>_model.json as they are.
+Json = str | int | float | bool | None | list["Json"] | dict[str, "Json"]
 
 # MinerU's block vocabulary (mineru_vl_utils.structs.BlockType); engines emit these names so
 # that the output formats can render them the way MinerU's own renderers do.
@@ -88,20 +93,6 @@ class Block:
     index: int | None = None
     continues_prev: bool = False  # a paragraph continued after a column or page break
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["bbox"] = list(self.bbox)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Block:
-        # Pages stored by an older docinbox may carry keys this version dropped (e.g. the
-        # engine-made Markdown "md"): a resumed document must still load.
-        known = {f.name for f in fields(cls)}
-        kept = {k: v for k, v in d.items() if k in known}
-        kept["bbox"] = tuple(kept["bbox"])
-        return cls(**kept)
-
 
 @dataclass(frozen=True)
 class Crop:
@@ -156,10 +147,10 @@ class PageOptions:
 class PageResult:
     blocks: list[Block]
     # Free-form facts for meta.json, e.g. {"text_layer_blocks": 12, "model_blocks": 3}.
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Json] = field(default_factory=dict)
     # The model's raw answers for this page (layout string, each block request and answer),
     # written to <stem>_model.json so post-processing can be re-run without the model.
-    model_output: dict[str, Any] | None = None
+    model_output: dict[str, Json] | None = None
     crops: tuple[Crop, ...] = ()  # filled by the worker, never by engines
 
 
@@ -169,7 +160,7 @@ class EngineInfo:
     model_id: str | None = None
     revision: str | None = None
     precision: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Json] = field(default_factory=dict)
 
 
 # progress(done, total, what): e.g. progress(3, 17, "block") while recognising block 3 of 17.

@@ -26,15 +26,16 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from daemon.document.page import Crop
+from daemon.document.record import PageRecord, decode_blocks, encode_blocks
 from daemon.jobs.states import JobState, check_transition
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 BUSY_TIMEOUT_MS = 60_000
 
 
@@ -230,6 +231,11 @@ MIGRATIONS: list[tuple[str, ...]] = [
         )
         """,
     ),
+    # 3 -> 4: pages.blocks holds one versioned value (daemon.document.record.encode_blocks)
+    # instead of a bare list. Rows written before are read as they are (version 0), so
+    # nothing is rewritten; the bump keeps an older docinbox, which would misread the new
+    # value, from opening the file.
+    (),
 ]
 
 # What the code needs, checked after migrating: a database file from elsewhere (another
@@ -512,25 +518,16 @@ class Store:
         with self.tx() as c:
             c.execute("UPDATE jobs SET page_count = ? WHERE id = ?", (page_count, job_id))
 
-    def save_page(
-        self,
-        job_id: int,
-        page_idx: int,
-        blocks: list[dict[str, Any]],
-        info: dict[str, Any],
-        engine: str,
-        seconds: float,
-        now: float,
-        crops: Sequence[Crop] = (),
-        model_output: dict[str, Any] | None = None,
-    ) -> None:
+    def save_page(self, job_id: int, page: PageRecord, now: float) -> None:
         """Commit one finished page with its crops, in one transaction."""
+        page_idx, crops, model_output = page.page_idx, page.crops, page.model_output
         with self.tx() as c:
             c.execute(
                 "INSERT OR REPLACE INTO pages(job_id, page_idx, blocks, info, engine, seconds,"
                 " done_at, model_output) VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
-                (job_id, page_idx, json.dumps(blocks), json.dumps(info), engine, seconds, now,
-                 json.dumps(model_output) if model_output is not None else None),
+                (job_id, page_idx, encode_blocks(page.blocks), json.dumps(dict(page.info)),
+                 page.engine, page.seconds, now,
+                 json.dumps(dict(model_output)) if model_output is not None else None),
             )
             c.execute("DELETE FROM page_crops WHERE job_id = ? AND page_idx = ?",
                       (job_id, page_idx))
@@ -545,21 +542,24 @@ class Store:
                 (job_id, job_id),
             )
             self._bump(c, "pages_total")
-            self._bump(c, "page_seconds_total", seconds)
+            self._bump(c, "page_seconds_total", page.seconds)
 
-    def pages(self, job_id: int) -> list[dict[str, Any]]:
+    def pages(self, job_id: int) -> list[PageRecord]:
+        """A job's finished pages in page order, with their crops."""
         rows = self.conn.execute(
             "SELECT * FROM pages WHERE job_id = ? ORDER BY page_idx", (job_id,)
         ).fetchall()
+        crops = self.crops(job_id)
         return [
-            {
-                "page_idx": r["page_idx"],
-                "blocks": json.loads(r["blocks"]),
-                "info": json.loads(r["info"]),
-                "engine": r["engine"],
-                "seconds": r["seconds"],
-                "model_output": json.loads(r["model_output"]) if r["model_output"] else None,
-            }
+            PageRecord(
+                page_idx=r["page_idx"],
+                blocks=decode_blocks(r["blocks"]),
+                engine=r["engine"],
+                seconds=r["seconds"],
+                info=json.loads(r["info"]),
+                model_output=json.loads(r["model_output"]) if r["model_output"] else None,
+                crops=tuple(crops.get(r["page_idx"], ())),
+            )
             for r in rows
         ]
 

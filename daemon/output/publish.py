@@ -21,13 +21,13 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
 from daemon.config.settings import Config
-from daemon.document.page import Block
+from daemon.document.page import Block, EngineInfo, Json
+from daemon.document.record import PageRecord
 from daemon.jobs.store import Job, Store
 from daemon.output import originals, outbox
 from daemon.output.durable import json_bytes
@@ -103,9 +103,9 @@ class DocumentFiles:
     """Everything a finished document's folder is rendered from."""
 
     pages: Sequence[PageData]
-    meta: Mapping[str, Any]
+    meta: Mapping[str, Json]  # `<stem>.meta.json`; write_document adds sha256 and version
     crops: Mapping[str, bytes] = dataclasses.field(default_factory=dict)  # name -> JPEG
-    model: Sequence[dict[str, Any]] = ()  # `<stem>_model.json` entries, one per page
+    model: Sequence[Mapping[str, Json]] = ()  # `<stem>_model.json` entries, one per page
     page_count: int | None = None  # of the whole document (pages may be a selection)
     file_suffix: str = ""
     engine: str | None = None
@@ -154,10 +154,8 @@ def write_document(
     subdir: str,
     stem: str,
     sha256: str,
-    pages: Sequence[PageData | Sequence[Block]],
-    meta: Mapping[str, Any],
+    doc: DocumentFiles,
     *,
-    doc: DocumentFiles | None = None,
     layout: str = "default",
     extra_json: bool = True,
 ) -> Path:
@@ -169,28 +167,27 @@ def write_document(
     for disk problems.
     """
     sha = sha256.lower()
-    full_meta = dict(meta)
+    full_meta = dict(doc.meta)
     if "sha256" in full_meta and str(full_meta["sha256"]).lower() != sha:
         raise ValueError("meta['sha256'] does not match the sha256 argument")
     full_meta.setdefault("sha256", sha)
     full_meta.setdefault("docinbox_version", __version__)
     name = outbox.sanitize_stem(stem)
-    base = doc or DocumentFiles(pages=(), meta={})
     # Render everything before touching the disk: a rendering bug must not leave files.
     files = document_files(
-        name,
-        dataclasses.replace(base, pages=as_pages(pages), meta=full_meta),
-        layout=layout,
-        extra_json=extra_json,
+        name, dataclasses.replace(doc, meta=full_meta), layout=layout, extra_json=extra_json
     )
     return outbox.write_folder(outbox_root, subdir, name, sha256, files)
 
 
-def _size_pt(info: Mapping[str, Any]) -> tuple[float, float] | None:
-    size = info.get("page_size_pt")
-    if isinstance(size, list | tuple) and len(size) == 2:
-        return (float(size[0]), float(size[1]))
-    return None
+def page_data(page: PageRecord) -> PageData:
+    """What the formats need of a stored page."""
+    return PageData(
+        page_idx=page.page_idx,
+        blocks=page.blocks,
+        crop_names=frozenset(c.name for c in page.crops),
+        size_pt=page.size_pt,
+    )
 
 
 class Publisher:
@@ -200,8 +197,8 @@ class Publisher:
         self.wall = wall
 
     def meta_for(
-        self, job: Job, pages: list[dict[str, Any]], engine: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, job: Job, pages: Sequence[PageRecord], engine: EngineInfo | None
+    ) -> dict[str, Json]:
         return document_meta(
             job,
             pages,
@@ -218,35 +215,25 @@ class Publisher:
                 paths.append(j.source_path)
         return paths
 
-    def complete(self, job: Job, engine: dict[str, Any]) -> str:
+    def complete(self, job: Job, engine: EngineInfo | None) -> str:
+        """Publish a job whose pages are all stored; `engine` is the one the worker
+        loaded. Returns the outbox folder; raises OSError when it cannot be written."""
         stored = self.store.pages(job.id)
-        crops = self.store.crops(job.id)
-        pages = [
-            PageData(
-                page_idx=p["page_idx"],
-                blocks=tuple(Block.from_dict(b) for b in p["blocks"]),
-                crop_names=frozenset(c.name for c in crops.get(p["page_idx"], [])),
-                size_pt=_size_pt(p["info"]),
-            )
-            for p in stored
-        ]
         doc = DocumentFiles(
-            pages=pages,
-            meta={},
-            crops={c.name: c.jpeg for page_crops in crops.values() for c in page_crops},
+            pages=[page_data(p) for p in stored],
+            meta=self.meta_for(job, stored, engine),
+            crops={c.name: c.jpeg for p in stored for c in p.crops},
             model=model_json(stored),
             page_count=job.page_count,
             file_suffix=Path(job.source_path).suffix.lstrip(".").lower(),
-            engine=engine.get("name"),
+            engine=engine.name if engine is not None else None,
         )
         folder = write_document(
             self.cfg.outbox,
             job.subdir,
             Path(job.source_path).stem,
             job.sha256,
-            pages,
-            self.meta_for(job, stored, engine),
-            doc=doc,
+            doc,
             layout=self.cfg.output.layout,
             extra_json=self.cfg.output.extra_json,
         )

@@ -26,9 +26,8 @@ This module is imported by the daemon process: it must stay free of Pillow and t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from daemon.document.page import Block, Crop, EngineInfo, PageOptions
+from daemon.document.page import Block, Crop, EngineInfo, Json, PageOptions
 
 # -- supervisor -> worker ---------------------------------------------------------------
 
@@ -119,10 +118,10 @@ class PageDone:
     job_id: int
     page_idx: int
     blocks: tuple[Block, ...]
-    info: dict[str, object] = field(default_factory=dict)  # facts for meta.json
+    info: dict[str, Json] = field(default_factory=dict)  # facts for meta.json
     seconds: float = 0.0  # from the request to the answer
     crops: tuple[Crop, ...] = ()  # JPEGs of the page's figures (daemon.work.crops)
-    model_output: dict[str, Any] | None = None  # the model's raw answers (<stem>_model.json)
+    model_output: dict[str, Json] | None = None  # the model's raw answers (<stem>_model.json)
 
 
 @dataclass(frozen=True)

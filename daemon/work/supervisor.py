@@ -19,7 +19,6 @@ one step at a time. Wall-clock times for the records come from the injected `wal
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import logging
 import multiprocessing
@@ -30,16 +29,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Protocol
+from typing import Protocol
 
 import psutil
 
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
-from daemon.common.live import CurrentDoc, EngineFacts, Phase, SupervisorFacts, WorkerFacts
+from daemon.common.live import (
+    CurrentDoc,
+    EngineFacts,
+    Phase,
+    SupervisorFacts,
+    WorkerFacts,
+    scalars,
+)
 from daemon.config.folders import folder_in_error
 from daemon.config.settings import Config, page_options_for, parse_page_range
-from daemon.document.page import PageOptions
+from daemon.document.page import EngineInfo, PageOptions
+from daemon.document.record import PageRecord
 from daemon.engines.mineru.runtimes.http import display_url
 from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.work.protocol import (
@@ -64,7 +71,7 @@ log = logging.getLogger("docinbox.supervisor")
 class Outcomes(Protocol):
     """What happens to a document once the worker is done with it (see daemon.output.publish)."""
 
-    def complete(self, job: Job, engine: dict[str, Any]) -> str:
+    def complete(self, job: Job, engine: EngineInfo | None) -> str:
         """Write the outbox folder, dispose of the original; return the output folder.
 
         Raises OSError when the outbox cannot be written (the job waits and retries).
@@ -127,6 +134,15 @@ class Current:
     pending: list[int] = field(default_factory=list)
 
 
+def _engine_facts(info: EngineInfo | None, name: str) -> EngineFacts:
+    """What status shows of the engine: the worker's EngineInfo once it is ready, else
+    only the name it is starting."""
+    if info is None:
+        return EngineFacts(name=name)
+    return EngineFacts(name=info.name or name, model_id=info.model_id, revision=info.revision,
+                       precision=info.precision, details=scalars(info.details), loaded=True)
+
+
 def exit_reason(exitcode: int | None) -> str:
     if exitcode is None:
         return "stopped responding"
@@ -164,7 +180,7 @@ class Supervisor:
         self.wall = wall
         self.ctx: ProcessContext = context or multiprocessing.get_context("spawn")
         self.engine_name = cfg.engine.name
-        self.engine_info: dict[str, Any] = {}
+        self.engine_info: EngineInfo | None = None  # what the worker loaded
         self.engine_in_flight = 1  # pages the worker's engine parses at once
         self.fallback_reason: str | None = None
         self.phase = Phase.DOWN
@@ -280,7 +296,7 @@ class Supervisor:
         """Facts for status, health and metrics."""
         cur = self.current
         return SupervisorFacts(
-            engine=EngineFacts.from_json(self.engine_info, self.engine_name),
+            engine=_engine_facts(self.engine_info, self.engine_name),
             fallback_reason=self.fallback_reason,
             fatal=self.fatal_message,
             worker=WorkerFacts(
@@ -426,7 +442,7 @@ class Supervisor:
                 self.peak_rss = max(self.peak_rss, peak)
                 return
             case Ready(engine=engine, pages_in_flight=in_flight):
-                self.engine_info = dataclasses.asdict(engine)
+                self.engine_info = engine
                 self.engine_in_flight = in_flight
                 if self.phase == Phase.STARTING:  # a stop sent while it loaded still stands
                     self.phase = Phase.IDLE
@@ -467,14 +483,16 @@ class Supervisor:
             case PageDone(page_idx=page_idx, blocks=blocks, info=info, seconds=seconds):
                 self.store.save_page(
                     cur.job.id,
-                    page_idx,
-                    [b.to_dict() for b in blocks],
-                    info,
-                    self.engine_info.get("name", "?"),
-                    seconds,
+                    PageRecord(
+                        page_idx,
+                        blocks,
+                        self.engine_info.name if self.engine_info else "?",
+                        seconds,
+                        info,
+                        crops=msg.crops,
+                        model_output=msg.model_output,
+                    ),
                     self.wall(),
-                    crops=msg.crops,
-                    model_output=msg.model_output,
                 )
                 log.info(
                     "job %s: page %d/%s in %.1f s",
@@ -545,7 +563,9 @@ class Supervisor:
         job = self.store.next_job(self.wall())
         if job is None:
             return
-        job = self.store.start_job(job.id, self.wall(), self.engine_info.get("name", "?"))
+        job = self.store.start_job(
+            job.id, self.wall(), self.engine_info.name if self.engine_info else "?"
+        )
         self.current = Current(job=job, started=now, options=self._page_options(job))
         self.phase = Phase.BUSY
         self.phase_deadline = now + self.cfg.limits.page_timeout_seconds
@@ -639,13 +659,13 @@ class Supervisor:
             self.docs_this_worker += 1
             self.consecutive_failures = 0
             pages = self.store.pages(job.id)
-            spp = sum(p["seconds"] for p in pages) / max(1, len(pages))
+            spp = sum(p.seconds for p in pages) / max(1, len(pages))
             log.info(
                 "job %s: done: %d page(s), %.1f s/page, %.1f s in all -> %s "
                 "(worker peak RSS %d MiB, engine %s)",
                 job.id, len(pages), spp, now - cur.started, safe_display(out),
                 self.peak_rss >> 20,
-                self.engine_info.get("name"),
+                self.engine_info.name if self.engine_info else None,
             )
         self.current = None
         self.phase = Phase.IDLE

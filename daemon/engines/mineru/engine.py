@@ -39,6 +39,7 @@ from daemon.document.page import (
     TABLE,
     Block,
     EngineInfo,
+    Json,
     PageInput,
     PageOptions,
     PageResult,
@@ -277,7 +278,7 @@ def run_page(
 
     progress(0, total, "block")
     results = (predict_many or _one_by_one(predict))(requests, block_done)
-    answers = []
+    answers: list[Json] = []
     for (_img, prompt, _params, idx), result in zip(jobs, results, strict=True):
         blocks[idx].content = result.text
         answers.append({"index": layout_index[id(blocks[idx])], "type": blocks[idx].type,
@@ -294,7 +295,7 @@ def run_page(
         # MinerU's text fixers target model LaTeX/Markdown; text-layer text stays verbatim.
         if id(block) in filled:
             block.content = filled[id(block)]
-    model_output = {
+    model_output: dict[str, Json] = {
         "page_size": list(image.size),
         "layout": {"prompt": layout_prompt, "raw_output": out.text},
         "blocks": answers,

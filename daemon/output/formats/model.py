@@ -10,12 +10,14 @@ have no answers to record: their pages list only `page_idx` and `engine`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+from daemon.document.page import Json
+from daemon.document.record import PageRecord
 
 
-def model_json(pages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """From stored pages (`Store.pages`), in page order."""
+def model_json(pages: Sequence[PageRecord]) -> list[dict[str, Json]]:
+    """From the stored pages (`Store.pages`), in page order."""
     return [
-        {"page_idx": p["page_idx"], "engine": p["engine"], **(p.get("model_output") or {})}
+        {"page_idx": p.page_idx, "engine": p.engine, **(p.model_output or {})}
         for p in pages
     ]
