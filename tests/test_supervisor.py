@@ -11,6 +11,7 @@ the end start real worker processes with the real engine and are marked `integra
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -219,6 +220,7 @@ def test_crash_backoff_and_give_up_after_max_attempts(tmp_path: Path) -> None:
     clock.now += 1
     crash_on_the_page(2)
     assert sup.restart_at == clock.now + 15  # doubled, capped by restart_backoff_max
+    assert sup.restarts == 1  # the worker after the first crash; the next is not up yet
     clock.now += 15
     crash_on_the_page(3)
     job = bench.job(jid)
@@ -236,6 +238,9 @@ def test_fallback_engine_when_the_configured_one_cannot_load(tmp_path: Path) -> 
     assert "weights are missing" in (bench.sup.fallback_reason or "")
     assert bench.job(jid).engine == "lite"
     assert [w.engine for w in bench.ctx.workers] == [engine["name"], "lite"]
+    # A planned switch, shown as one: not a restart after a crash.
+    facts = bench.sup.snapshot().worker
+    assert (facts.restarts, facts.switches) == (0, 1)
 
 
 def test_no_fallback_is_fatal_with_the_hint(tmp_path: Path) -> None:
@@ -257,6 +262,7 @@ def test_worker_is_recycled_after_n_documents(tmp_path: Path) -> None:
     assert bench.worker is not first and first.exitcode == 0  # told to stop, not killed
     assert bench.worker.page_requests(b) == [0] and first.page_requests(b) == []
     assert bench.sup.consecutive_failures == 0
+    assert bench.sup.restarts == 0  # a recycle is planned, not a restart
 
 
 def test_a_worker_over_max_rss_from_its_start_still_takes_work(tmp_path: Path) -> None:
@@ -510,7 +516,10 @@ def test_processes_a_document_page_by_page(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(tmp_path: Path) -> None:
+def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="docinbox.supervisor")
     marker = tmp_path / "m"
     marker.mkdir()
     cfg, store, sup, clock = setup(
@@ -521,7 +530,9 @@ def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(tmp_path: Path) -
     drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE)
     job = present(store.job(jid))
     assert job.pages_done == 3 and job.crashes == 0
-    assert sup.restarts >= 1  # recycled after the page that grew past max_rss_mb
+    # Recycled after the page that grew past max_rss_mb: a planned stop, not a restart.
+    assert any("over max_rss_mb" in r.getMessage() for r in caplog.records)
+    assert sup.restarts == 0
     stop(sup, clock)
 
 

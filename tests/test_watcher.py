@@ -690,12 +690,13 @@ def test_rescan_now_forces_a_scan(tmp_path: Path) -> None:
 
 def test_missing_inbox_is_reported_and_recovers(tmp_path: Path) -> None:
     inbox_dir = tmp_path / "not-yet"
-    watcher = make_watcher(InboxConfig(path=inbox_dir), rescan=10.0)
+    watcher = make_watcher(InboxConfig(path=inbox_dir), rescan=300.0)
     assert watcher.tick(0.0) == []
-    assert watcher.describe()[0]["scan_error"]
+    assert watcher.describe()[0]["missing"] == "gone (unmounted?)"
     path = write(inbox_dir / "a.pdf")
-    assert ticks(watcher, 10.0, 20.0) == [path]
-    assert watcher.describe()[0]["scan_error"] is None
+    # Scanned as soon as it is seen again (a stat every 2 s), not at the next rescan.
+    assert ticks(watcher, 0.5, 2.0 + STABLE) == [path]
+    assert watcher.describe()[0]["missing"] is None
 
 
 # ---------------------------------------------------------------------------------------
@@ -936,6 +937,8 @@ def test_stop_stops_every_observer(tmp_path: Path) -> None:
 def test_missing_inbox_observer_is_retried(tmp_path: Path) -> None:
     factory = FakeFactory()
     factory.fail["events"] = FileNotFoundError(errno.ENOENT, "missing")
+    # The folder vanishes between the look at it and the watch being added.
+    (tmp_path / "nas").mkdir()
     watcher = started_watcher(InboxConfig(path=tmp_path / "nas"), factory=factory, rescan=10.0)
     assert "missing" in str(watcher.describe()[0]["reason"])
     watcher.tick(0.0)  # the startup scan retries (and succeeds with the fake)

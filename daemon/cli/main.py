@@ -24,7 +24,7 @@ from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
 from daemon.common.live import InboxFacts
-from daemon.common.units import age, gib, mib
+from daemon.common.units import age, gib, mib, since
 from daemon.config.settings import (
     Config,
     ConfigError,
@@ -197,7 +197,8 @@ def render_status(st: Status) -> str:
         beat = w.last_heartbeat_age
         out.append(
             f"worker:  {w.phase}, RSS {mib(w.rss)} (peak {mib(w.peak_rss)}), "
-            f"{w.restarts or 0} restart(s)"
+            f"{w.restarts or 0} restart(s) after a crash"
+            + (f", {w.switches} engine switch(es)" if w.switches else "")
             + (f", last heartbeat {age(beat)} ago" if beat is not None else "")
         )
     cur = st.current
@@ -236,7 +237,13 @@ def render_status(st: Status) -> str:
             f"speed:   {st.seconds_per_page:.1f} s/page" + (f"; ETA ~{age(eta)}" if eta else "")
         )
     for ib in st.inboxes:
-        out.extend(inbox_lines(ib))
+        out.extend(inbox_lines(ib, st.now))
+    for gone in st.missing_folders:
+        when = f" {since(gone.missing_since, st.now)}" if gone.missing_since is not None else ""
+        out.append(
+            f"MISSING: {gone.name} {safe_display(gone.path)}{when}: {gone.missing}; documents "
+            "wait until it returns"
+        )
     if q is not None:
         for wt in q.waiting:
             name = safe_display(Path(wt.path).name)
@@ -249,8 +256,19 @@ def render_status(st: Status) -> str:
     return "\n".join(out)
 
 
-def inbox_lines(ib: InboxFacts) -> list[str]:
-    """One inbox in `docinbox status`: its observer, files settling, files it ignores."""
+def inbox_lines(ib: InboxFacts, now: float | None = None) -> list[str]:
+    """One inbox in `docinbox status`: its observer, files settling, files it ignores;
+    or that it is missing, since when (`now`: the wall clock)."""
+    if ib.missing is not None:
+        when = (
+            f" {since(ib.missing_since, now)}"
+            if ib.missing_since is not None and now is not None
+            else ""
+        )
+        return [
+            f"inbox:   {safe_display(ib.path)} (MISSING{when}: {ib.missing}; watching for "
+            "it to return)"
+        ]
     busy = ""
     if ib.pending:
         busy += f", {ib.pending} settling"

@@ -165,7 +165,10 @@ class WorkerFacts:
     pid: int | None = None
     rss: int | None = None  # bytes, last sample
     peak_rss: int | None = None
-    restarts: int | None = None  # worker (re)starts since the daemon started
+    restarts: int | None = None  # worker restarts after a crash since the daemon started
+    # Planned engine switches: to the fallback engine when the configured one cannot run,
+    # and back when its server answers again. Not restarts: nothing went wrong.
+    switches: int = 0
     # Seconds since the supervisor last heard from the worker, as of the main loop's
     # tick (None: no worker process).
     last_heartbeat_age: float | None = None
@@ -197,6 +200,10 @@ class InboxFacts:
     scan_error: str | None = None
     ignored: int = 0  # files matching no pattern (not junk), left in place
     ignored_names: tuple[str, ...] = ()  # a few of them, relative to the inbox
+    # Set while the folder is gone, replaced by a bare mount point or unreachable: why,
+    # and since when (wall clock).
+    missing: str | None = None
+    missing_since: float | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -211,6 +218,8 @@ class InboxFacts:
             "scan_error": self.scan_error,
             "ignored": self.ignored,
             "ignored_names": list(self.ignored_names),
+            "missing": self.missing,
+            "missing_since": self.missing_since,
         }
 
     @classmethod
@@ -235,6 +244,39 @@ class InboxFacts:
             scan_error=_str(d.get("scan_error")),
             ignored=_int(d.get("ignored")) or 0,
             ignored_names=tuple(str(n) for n in names) if isinstance(names, list) else (),
+            missing=_str(d.get("missing")),
+            missing_since=_num(d.get("missing_since")),
+        )
+
+
+@dataclass(frozen=True)
+class FolderFacts:
+    """An output folder (outbox, archive, failed, duplicates) the daemon looks at every
+    few seconds: documents wait while one is missing."""
+
+    name: str  # the config key
+    path: str
+    missing: str | None = None
+    missing_since: float | None = None  # wall
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "missing": self.missing,
+            "missing_since": self.missing_since,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> FolderFacts | None:
+        d = _map(raw)
+        if d.get("name") is None or d.get("path") is None:
+            return None
+        return cls(
+            name=str(d["name"]),
+            path=str(d["path"]),
+            missing=_str(d.get("missing")),
+            missing_since=_num(d.get("missing_since")),
         )
 
 
@@ -254,9 +296,29 @@ class Live:
     worker: WorkerFacts
     current: CurrentDoc | None
     inboxes: tuple[InboxFacts, ...]
+    folders: tuple[FolderFacts, ...] = ()
     # time.monotonic() of the main loop when taken: its age is how long the loop has not
     # ticked. None when read back from the database (another process' clock).
     taken_at: float | None = None
+
+    def headline(self) -> tuple[object, ...]:
+        """What a reader must see as soon as it changes: the daemon records its facts at
+        once when this differs, and every few seconds otherwise (a page's progress may be
+        seconds old; a switch to the fallback engine or a vanished inbox may not, or
+        `docinbox status` could show a state older than the documents it lists)."""
+        return (
+            self.worker.phase,
+            self.worker.restarts,
+            self.worker.switches,
+            self.engine.name,
+            self.engine.loaded,
+            self.fallback_reason,
+            self.fatal,
+            self.stopping,
+            self.current.job_id if self.current else None,
+            tuple((ib.path, ib.observer, ib.missing) for ib in self.inboxes),
+            tuple((f.name, f.missing) for f in self.folders),
+        )
 
     def to_runtime(self) -> dict[str, object]:
         """The row `docinbox status` reads from another process (keys kept stable: the
@@ -277,9 +339,11 @@ class Live:
             "worker_rss": self.worker.rss,
             "worker_peak_rss": self.worker.peak_rss,
             "worker_restarts": self.worker.restarts,
+            "worker_switches": self.worker.switches,
             "last_heartbeat_age": self.worker.last_heartbeat_age,
             "current": self.current.to_json() if self.current else None,
             "inboxes": [ib.to_json() for ib in self.inboxes],
+            "folders": [f.to_json() for f in self.folders],
         }
 
     @classmethod
@@ -287,6 +351,10 @@ class Live:
         raw_inboxes = rt.get("inboxes")
         inboxes = [
             InboxFacts.from_json(e) for e in (raw_inboxes if isinstance(raw_inboxes, list) else [])
+        ]
+        raw_folders = rt.get("folders")
+        folders = [
+            FolderFacts.from_json(e) for e in (raw_folders if isinstance(raw_folders, list) else [])
         ]
         return cls(
             pid=_int(rt.get("pid")),
@@ -304,10 +372,12 @@ class Live:
                 rss=_int(rt.get("worker_rss")),
                 peak_rss=_int(rt.get("worker_peak_rss")),
                 restarts=_int(rt.get("worker_restarts")),
+                switches=_int(rt.get("worker_switches")) or 0,
                 last_heartbeat_age=_num(rt.get("last_heartbeat_age")),
             ),
             current=CurrentDoc.from_json(rt.get("current")),
             inboxes=tuple(ib for ib in inboxes if ib is not None),
+            folders=tuple(f for f in folders if f is not None),
         )
 
 

@@ -1,6 +1,7 @@
-"""Folder checks: the inboxes exist and can be read, no output folder is inside an inbox
-(or holds one), output folders are distinct, and each is created and actually written
-into (a read-only or full NFS/SMB mount passes os.access).
+"""Folder checks: the inboxes exist, are mounted (a share listed in /etc/fstab) and can be
+read, no output folder is inside an inbox (or holds one), output folders are distinct, and
+each is created and actually written into (a read-only or full NFS/SMB mount passes
+os.access).
 
 Plain paths in, problems out: this module knows nothing of the config's shape, so the
 config can run it on a half-valid file too.
@@ -11,10 +12,11 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from daemon.common.display import safe_display
+from daemon.common.mounttable import read_fstab, read_mountinfo, unmounted_share
 from daemon.config.values import Problem
 
 
@@ -71,7 +73,35 @@ def _check_writable(key: str, folder: Path) -> Problem | None:
     return None
 
 
-def _inbox_problems(inboxes: list[tuple[str, Path, Path]]) -> list[Problem]:
+def _read_or_none(read: Callable[[], str]) -> str | None:
+    try:
+        return read()
+    except OSError:
+        return None  # no fstab (containers) or no /proc: the check cannot be made
+
+
+def _unmounted(
+    key: str, path: Path, real: Path, fstab: str | None, mountinfo: str | None
+) -> Problem | None:
+    """A share's mount point that exists but has nothing mounted on it: an empty folder
+    of the parent file system, which must not be taken for an empty inbox."""
+    if fstab is None or mountinfo is None:
+        return None
+    entry = unmounted_share(str(real), fstab, mountinfo)
+    if entry is None:
+        return None
+    return Problem(
+        key,
+        f"inbox {path} is not mounted: {entry.mount_point} is listed in /etc/fstab "
+        f"({entry.fstype} {entry.source}) but nothing is mounted there now",
+        f"mount it (mount {entry.mount_point}); under systemd, start docinbox after it with "
+        f"RequiresMountsFor={entry.mount_point} (docs/systemd.md)",
+    )
+
+
+def _inbox_problems(
+    inboxes: list[tuple[str, Path, Path]], fstab: str | None, mountinfo: str | None
+) -> list[Problem]:
     problems: list[Problem] = []
     for key, path, real in inboxes:
         mkdir_hint = f"is the share mounted? create it with: mkdir -p {path}"
@@ -79,6 +109,8 @@ def _inbox_problems(inboxes: list[tuple[str, Path, Path]]) -> list[Problem]:
             problems.append(Problem(key, f"inbox {path} does not exist", mkdir_hint))
         elif not real.is_dir():
             problems.append(Problem(key, f"inbox {path} is not a folder", "point it at a folder"))
+        elif (unmounted := _unmounted(key, path, real, fstab, mountinfo)) is not None:
+            problems.append(unmounted)
         elif not os.access(real, os.R_OK | os.X_OK):
             problems.append(
                 Problem(key, f"inbox {path} is not readable", "give the daemon's user read access")
@@ -103,16 +135,26 @@ def _inbox_problems(inboxes: list[tuple[str, Path, Path]]) -> list[Problem]:
 
 
 def check_folders(
-    inbox_paths: Sequence[Path], outputs: Sequence[tuple[str, Path]], *, create: bool
+    inbox_paths: Sequence[Path],
+    outputs: Sequence[tuple[str, Path]],
+    *,
+    create: bool,
+    fstab: str | None = None,
+    mountinfo: str | None = None,
 ) -> list[Problem]:
     """Every filesystem problem at once (empty list: good to run).
 
     `inbox_paths` are reported as `inboxes[i].path`; `outputs` are (config key, folder)
     for the folders the daemon writes to. With `create`, missing output folders are made
     (with parents); `state_dir` gets mode 0o700 since its database holds file names.
+    `fstab`, `mountinfo`: the mount tables' text (None: read /etc/fstab and
+    /proc/self/mountinfo), to refuse an inbox on a share that is not mounted.
     """
     inboxes = [(f"inboxes[{i}].path", p, real_path(p)) for i, p in enumerate(inbox_paths)]
-    problems = _inbox_problems(inboxes)
+    if inboxes:
+        fstab = fstab if fstab is not None else _read_or_none(read_fstab)
+        mountinfo = mountinfo if mountinfo is not None else _read_or_none(read_mountinfo)
+    problems = _inbox_problems(inboxes, fstab, mountinfo)
 
     resolved = [(key, folder, real_path(folder)) for key, folder in outputs]
     dangerous: set[str] = set()

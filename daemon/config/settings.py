@@ -811,7 +811,11 @@ def _folder_problems_too(ctx: Ctx, data: dict[str, Any], path: Path) -> list[Pro
     # Missing folders are left to the check of the loaded file (outputs are created, an
     # inbox may be a share not mounted yet); what is reported here is a set-up that is
     # wrong whatever exists: an output inside an inbox, two keys on one folder.
-    return [p for p in check_paths(partial, create=False) if "does not exist" not in p.message]
+    return [
+        p
+        for p in check_paths(partial, create=False)
+        if "does not exist" not in p.message and "is not mounted" not in p.message
+    ]
 
 
 # --------------------------------------------------------------------------------------

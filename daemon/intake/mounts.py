@@ -9,18 +9,19 @@ event, so those inboxes are polled. The mount holding an inbox is read from
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+from daemon.common.mounttable import MOUNTINFO_PATH as MOUNTINFO_PATH
+from daemon.common.mounttable import MountEntry as MountEntry
+from daemon.common.mounttable import find_mount as find_mount
+from daemon.common.mounttable import parse_mountinfo as parse_mountinfo
+from daemon.common.mounttable import read_mountinfo as read_mountinfo
 from daemon.config.settings import WatchMode
 
 logger = logging.getLogger(__name__)
 
 ObserverKind = Literal["events", "poll"]
-
-MOUNTINFO_PATH = Path("/proc/self/mountinfo")
 
 NETWORK_FS_TYPES: frozenset[str] = frozenset(
     {
@@ -51,60 +52,9 @@ NETWORK_FS_TYPES: frozenset[str] = frozenset(
 )
 
 
-class MountEntry(NamedTuple):
-    mount_point: str
-    fstype: str
-    source: str
-
-
 class ObserverChoice(NamedTuple):
     kind: ObserverKind
     reason: str
-
-
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")
-
-
-def _unescape_mountinfo(field_text: str) -> str:
-    # The kernel escapes space, tab, newline and backslash as \040, \011, \012, \134.
-    return _OCTAL_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), field_text)
-
-
-def parse_mountinfo(text: str) -> list[MountEntry]:
-    """Parse /proc/self/mountinfo (proc(5)); malformed lines are skipped."""
-    mounts: list[MountEntry] = []
-    for line in text.splitlines():
-        fields = line.split()
-        # id parent major:minor root mount-point options [optional...] - fstype source ...
-        try:
-            separator = fields.index("-", 6)
-        except ValueError:
-            continue
-        if len(fields) < separator + 3:
-            continue
-        mounts.append(
-            MountEntry(
-                mount_point=_unescape_mountinfo(fields[4]),
-                fstype=fields[separator + 1],
-                source=_unescape_mountinfo(fields[separator + 2]),
-            )
-        )
-    return mounts
-
-
-def find_mount(path: str, mounts: Sequence[MountEntry]) -> MountEntry | None:
-    """The mount holding `path`: longest mount point that is a whole-component prefix.
-
-    On a tie the later entry wins: mountinfo lists mounts in order, and a later mount on
-    the same point hides the earlier one.
-    """
-    best: MountEntry | None = None
-    for mount in mounts:
-        point = mount.mount_point
-        inside = point == "/" or path == point or path.startswith(point.rstrip("/") + "/")
-        if inside and (best is None or len(point) >= len(best.mount_point)):
-            best = mount
-    return best
 
 
 def is_network_fstype(fstype: str) -> bool:
@@ -115,10 +65,6 @@ def is_network_fstype(fstype: str) -> bool:
     """
     lower = fstype.lower()
     return lower in NETWORK_FS_TYPES or lower.startswith("fuse.")
-
-
-def _read_mountinfo() -> str:
-    return MOUNTINFO_PATH.read_text(encoding="utf-8", errors="surrogateescape")
 
 
 def choose_observer_kind(
@@ -137,7 +83,7 @@ def choose_observer_kind(
     resolved = str(path.resolve())
     if mountinfo is None:
         try:
-            mountinfo = _read_mountinfo()
+            mountinfo = read_mountinfo()
         except OSError as exc:
             reason = f"cannot read {MOUNTINFO_PATH} ({exc}); assuming a local disk"
             logger.warning("inbox %s: %s", path, reason)

@@ -27,15 +27,16 @@ from watchdog.events import (
 )
 
 from daemon.config.settings import InboxConfig
-from daemon.intake.ignore import is_ignored_file_name, matches_patterns
+from daemon.intake.ignore import is_ignored_file_name
 from daemon.intake.mounts import ObserverKind
 
 logger = logging.getLogger(__name__)
 
 # "file": a file appeared or changed (a new file at that name ends any hold); "write": it
 # was written by a process that still has it open (from observers that report closes);
-# "closed": that writer closed it; "dir": a folder appeared; "gone": deleted or moved out.
-HintKind = Literal["file", "write", "closed", "dir", "gone"]
+# "closed": that writer closed it; "dir": a folder appeared; "gone": deleted or moved out;
+# "root": the inbox folder itself was deleted or moved away (look at it now).
+HintKind = Literal["file", "write", "closed", "dir", "gone", "root"]
 
 # Only what can make a file appear or change, and the close after writing that ends a
 # hold. Opened/closed-without-write events are left out on purpose: ingest reading a file
@@ -155,8 +156,9 @@ class EventHandler(FileSystemEventHandler, Generic[S]):
             logger.exception("inbox %s: error handling %r", self._state.root, event)
 
     def _wanted(self, path: str) -> bool:
-        name = os.path.basename(path)
-        return not is_ignored_file_name(name) and matches_patterns(name, self._state.inbox.patterns)
+        # Not junk: documents, and also files of no document type, which the watcher
+        # notes as left alone at once (as a rescan would), not minutes later.
+        return not is_ignored_file_name(os.path.basename(path))
 
     def _hint(self, path: str, is_directory: bool) -> None:
         if is_directory:
@@ -169,6 +171,11 @@ class EventHandler(FileSystemEventHandler, Generic[S]):
     def _dispatch(self, event: FileSystemEvent) -> None:
         src = os.fsdecode(event.src_path)
         kind = event.event_type
+        if kind in ("deleted", "moved") and event.is_directory and src == str(self._state.root):
+            # inotify's IN_DELETE_SELF (watchdog then stops watching it) or the inbox moved
+            # away: the watch is dead, the watcher must look at the folder now.
+            self._sink(self._state, "root", src)
+            return
         if kind == "moved":
             # rsync's `.x.pdf.AbC123` -> `x.pdf` arrives here: the destination is the file.
             if src and not event.is_directory and self._wanted(src):

@@ -30,7 +30,9 @@ import logging
 import math
 import os
 import queue
+import stat
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -57,6 +59,7 @@ from daemon.intake.observers import (
     observer_healthy,
     reports_close_write,
 )
+from daemon.intake.presence import FolderPresence, Probe, probe_folder
 from daemon.intake.stability import (
     DEFAULT_OPEN_WRITE_CAP_SECONDS,
     FileStabilityTracker,
@@ -86,6 +89,9 @@ class _InboxState:
     # shown in `status` so a user learns why a dropped .docx or .zip never comes out.
     ignored: set[PurePath] = field(default_factory=set)  # relative to the root
     ignored_this_scan: set[PurePath] | None = None  # filled during a full rescan
+    # Is the folder there, and the same one? (daemon/intake/presence.py) While it is not,
+    # it has no observer, is not scanned and nothing in it is taken.
+    presence: FolderPresence = field(default_factory=lambda: FolderPresence("inbox"))
 
     def key(self) -> tuple[Path, bool, str]:
         return (self.root, self.inbox.recursive, self.inbox.watch)
@@ -115,13 +121,17 @@ class Watcher:
         join_timeout: float = 5.0,
         max_queued_hints: int = 100_000,
         open_write_cap_seconds: float = DEFAULT_OPEN_WRITE_CAP_SECONDS,
+        probe: Callable[[Path], Probe] = probe_folder,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         """`exclude_dirs`: folders never scanned even when inside an inbox (pass the
         outbox, archive, failed, duplicates and state folders so a misconfiguration
         cannot loop). `poll_interval`: seconds between a polling observer's snapshots;
         each one lists and stats the whole inbox tree over the network.
         `open_write_cap_seconds`: how long after its last write event a file still open
-        for writing is held at most (in case its close event was lost)."""
+        for writing is held at most (in case its close event was lost). `probe`: how an
+        inbox folder is looked at every few seconds (stat); `wall`: the clock for the
+        "missing since" shown in status."""
         self._stability_seconds = stability_seconds
         self._rescan_seconds = rescan_seconds
         self._empty_stability_seconds = empty_stability_seconds
@@ -131,6 +141,8 @@ class Watcher:
         self._stat = stat
         self._mountinfo_reader = mountinfo_reader
         self._observer_factory = observer_factory
+        self._probe = probe
+        self._wall = wall
         self._join_timeout = join_timeout
         self._queue: queue.Queue[tuple[_InboxState, HintKind, str]] = queue.Queue(
             maxsize=max_queued_hints
@@ -149,6 +161,7 @@ class Watcher:
         *,
         observer_factory: ObserverFactory = default_observer_factory,
         poll_interval: float = 5.0,
+        wall: Callable[[], float] = time.time,
     ) -> Watcher:
         """The production wiring: the output and state folders are never scanned."""
         return cls(
@@ -164,6 +177,7 @@ class Watcher:
                 config.state_dir,
             ),
             observer_factory=observer_factory,
+            wall=wall,
         )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -175,7 +189,13 @@ class Watcher:
             open_write_cap_seconds=self._open_write_cap_seconds,
             stat=self._stat,
         )
-        return _InboxState(inbox=inbox, root=absolute_path(inbox.path), tracker=tracker)
+        root = absolute_path(inbox.path)
+        return _InboxState(
+            inbox=inbox,
+            root=root,
+            tracker=tracker,
+            presence=FolderPresence(f"inbox {root}"),
+        )
 
     def start(self) -> None:
         """Start one observer per inbox. Failures are logged, never raised: the periodic
@@ -183,7 +203,12 @@ class Watcher:
         self._started = True
         logging.getLogger(OverflowHook.LOGGER).addHandler(self._overflow_hook)
         for state in self._states:
+            self._first_look(state)
             self._start_observer(state)
+
+    def _first_look(self, state: _InboxState) -> None:
+        # -inf: the first tick looks again, whatever its clock reads.
+        state.presence.start(self._probe(state.root), -math.inf, self._wall())
 
     def stop(self) -> None:
         """Stop every observer and wait for their threads (bounded by join_timeout)."""
@@ -216,6 +241,9 @@ class Watcher:
         return choose_observer_kind(state.root, state.inbox.watch, mountinfo)
 
     def _start_observer(self, state: _InboxState) -> None:
+        if not state.presence.present:
+            state.reason = f"inbox {state.presence.missing}: watching for it to return"
+            return
         # Close events that happened while no observer watched are lost: release holds.
         released = state.tracker.clear_open_for_write()
         if released:
@@ -298,6 +326,7 @@ class Watcher:
             if match is None:
                 new_states.append(candidate)
                 if self._started:
+                    self._first_look(candidate)
                     self._start_observer(candidate)
                 continue
             remaining.remove(match)
@@ -305,6 +334,7 @@ class Watcher:
                 match.next_scan = None
             match.inbox = inbox
             new_states.append(match)
+            match.presence.check_soon()
         for state in remaining:
             logger.info("inbox %s: no longer configured; stopping its observer", state.root)
             self._stop_observer(state)
@@ -345,8 +375,10 @@ class Watcher:
     # -- the main loop's tick -----------------------------------------------------------
 
     def tick(self, now: float) -> list[tuple[InboxConfig, Path]]:
-        """Drain hints, rescan when due, and return the files that became stable."""
+        """Drain hints, look at the inbox folders, rescan when due, and return the files
+        that became stable."""
         self._drain(now)
+        self._look(now)
         force = self._rescan_requested.is_set() or self._overflowed.is_set()
         if force:
             self._rescan_requested.clear()
@@ -362,10 +394,14 @@ class Watcher:
                     else "",
                 )
         for state in self._states:
+            if not state.presence.present:
+                continue  # gone, or a bare mount point: not an empty inbox
             if force or state.next_scan is None or now >= state.next_scan:
                 self._rescan(state, now)
         ready: list[tuple[InboxConfig, Path]] = []
         for state in self._states:
+            if not state.presence.present:
+                continue  # a file written into an unmounted share's mount point
             for path in state.tracker.tick(now):
                 # Patterns may have changed since the path was queued (SIGHUP).
                 relative = path.relative_to(state.root)
@@ -390,11 +426,18 @@ class Watcher:
                 break
             if id(state) not in current:
                 continue  # from an observer of an inbox that was removed or replaced
+            if kind == "root":
+                state.presence.check_soon()
+                continue
+            if not state.presence.present:
+                continue  # an old observer's last words, or the bare mount point
             key = (id(state), absolute_path(Path(raw)))
             if kind == "gone":
                 files.pop(key, None)
                 writing.pop(key, None)
                 state.tracker.forget(key[1])
+                with contextlib.suppress(ValueError):
+                    state.ignored.discard(key[1].relative_to(state.root))
             elif kind == "dir":
                 dirs[key] = state
             else:
@@ -402,12 +445,46 @@ class Watcher:
                 writing[key] = kind == "write"
         for key, state in files.items():
             path = key[1]
-            if is_candidate(path, state.inbox) and not self._excluded(
-                state, path.relative_to(state.root)
-            ):
+            try:
+                relative = path.relative_to(state.root)
+            except ValueError:
+                continue
+            if self._excluded(state, relative):
+                continue
+            if is_candidate(path, state.inbox):
                 state.tracker.observe(path, now, open_for_write=writing.get(key))
+            elif self._listed(state, relative) and _regular_file(path):
+                # The same decision a rescan takes, at once: left alone, said once.
+                self._note_ignored(state, relative)
         for (_, path), state in dirs.items():
             self._scan_subtree(state, path, now)
+
+    # -- is each inbox still there? -----------------------------------------------------
+
+    def _look(self, now: float) -> None:
+        """stat each inbox every few seconds (at once after a root event): a folder that
+        vanished, was replaced or unmounted leaves a dead observer behind and nothing
+        would say so."""
+        for state in self._states:
+            presence = state.presence
+            if not presence.due(now):
+                continue
+            change = presence.update(self._probe(state.root), now, self._wall())
+            if change is None:
+                continue
+            # Whatever watched the old folder is dead or watches the wrong one.
+            self._stop_observer(state)
+            state.kind = None
+            if change.kind in ("gone", "unmounted"):
+                state.reason = f"inbox {presence.missing}: watching for it to return"
+                continue
+            # Back, or a new folder: choose events or polling again (a remount may bring
+            # another file system) and scan it on this tick, so files that arrived
+            # meanwhile are taken now, not at the next periodic rescan. Files reported
+            # before keep their signatures: the same file is not offered twice.
+            if self._started:
+                self._start_observer(state)
+            state.next_scan = None
 
     # -- scanning -------------------------------------------------------------------------
 
@@ -422,6 +499,16 @@ class Watcher:
             if resolved != real_root and resolved.is_relative_to(real_root):
                 excludes.append(resolved)
         state.excludes = tuple(excludes)
+
+    def _listed(self, state: _InboxState, relative: PurePath) -> bool:
+        """Whether a rescan would list a file at `relative` (a junk-free name, the top
+        level of a non-recursive inbox, no ignored folder on the way)."""
+        parts = relative.parts
+        if not parts or (not state.inbox.recursive and len(parts) != 1):
+            return False
+        if any(is_ignored_dir_name(p) for p in parts[:-1]):
+            return False
+        return not is_ignored_file_name(parts[-1])
 
     def _excluded(self, state: _InboxState, relative: PurePath) -> bool:
         if not state.excludes or state.real_root is None:
@@ -546,6 +633,8 @@ class Watcher:
                 "recursive": state.inbox.recursive,
                 "watch": state.inbox.watch,
                 "observer": state.kind if state.observer is not None else "none",
+                "missing": state.presence.missing,
+                "missing_since": state.presence.missing_since_wall,
                 "observer_alive": state.observer is not None and observer_healthy(state.observer),
                 "reason": state.reason,
                 "pending": len(state.tracker),
@@ -556,3 +645,10 @@ class Watcher:
             }
             for state in self._states
         ]
+
+
+def _regular_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

@@ -23,9 +23,17 @@ from types import FrameType
 from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
-from daemon.common.live import InboxFacts, Live, Phase
-from daemon.config.settings import Config, ConfigError, check_paths, http_token, load_config
+from daemon.common.live import FolderFacts, InboxFacts, Live, Phase
+from daemon.config.settings import (
+    Config,
+    ConfigError,
+    check_paths,
+    http_token,
+    load_config,
+    output_folders,
+)
 from daemon.intake.ingest import Ingestor, IngestRetries
+from daemon.intake.presence import FolderPresence, probe_folder
 from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.output import outbox
@@ -115,6 +123,10 @@ class Daemon:
         self.live: Live | None = None
         self.ready_sent = False
         self.next_runtime = 0.0
+        self.last_headline: tuple[object, ...] | None = None
+        # The output folders, looked at every few seconds like the inboxes: a share that
+        # went away makes documents wait, not fail (config key -> its presence).
+        self.folders: dict[str, tuple[Path, FolderPresence]] = {}
         self.stop_requested = False
         self.reload_requested = False
         self.retries = IngestRetries()
@@ -141,7 +153,8 @@ class Daemon:
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
         self.publisher = Publisher(self.cfg, self.store, self.wall)
-        self.watcher = Watcher.from_config(self.cfg)
+        self.watcher = Watcher.from_config(self.cfg, wall=self.wall)
+        self._watch_folders(now)
         self.ingestor = Ingestor(self.cfg, self.store, self.wall, self.watcher.forget)
         self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
         self.watcher.start()
@@ -199,12 +212,13 @@ class Daemon:
         if self.reload_requested:
             self.reload_requested = False
             try:
-                self.reload()
+                self.reload(now)
             except Exception:
                 # A reload must never take a running daemon down (a bug, an inbox that
                 # cannot be watched): keep what is running and say why.
                 log.exception("reload failed; the running configuration stays in force")
                 self.notifier.ready(self.status_line())
+        self._look_at_folders(now)
         try:
             if not self.supervisor.stopping:
                 self._ingest(now)
@@ -226,6 +240,38 @@ class Daemon:
                 self.state_disk.resolved(now, "the state disk has space again; new files "
                                          "are recorded")
         self._report(now)
+
+    def _watch_folders(self, now: float) -> None:
+        """(Re)build the output folders' presence from the config (start, reload)."""
+        wanted = [(k, p) for k, p in output_folders(self.cfg) if k != "state_dir"]
+        old = self.folders
+        self.folders = {}
+        for key, folder in wanted:
+            kept = old.get(key)
+            if kept is not None and kept[0] == folder:
+                self.folders[key] = kept
+                continue
+            presence = FolderPresence(
+                f"the {key} ({folder})",
+                waiting="documents wait in the queue until it returns",
+                log=log,
+            )
+            presence.start(probe_folder(folder), now, self.wall())
+            self.folders[key] = (folder, presence)
+
+    def _look_at_folders(self, now: float) -> None:
+        assert self.supervisor
+        for folder, presence in self.folders.values():
+            if presence.due(now):
+                presence.update(probe_folder(folder), now, self.wall())
+        missing = [
+            f"the {key} ({safe_display(folder)}) is {presence.missing}"
+            for key, (folder, presence) in self.folders.items()
+            if presence.missing is not None
+        ]
+        # The document in progress may still finish its pages; its output then waits
+        # (retried like a full disk), and no new document starts.
+        self.supervisor.hold = "; ".join(missing) if missing else None
 
     def _ingest(self, now: float) -> None:
         assert self.watcher and self.ingestor
@@ -270,7 +316,11 @@ class Daemon:
             self.notifier.ready(self.status_line())
         self.notifier.watchdog(now)
         self.live = live = self.take_live(now)
-        if now < self.next_runtime:
+        headline = live.headline()
+        # At once when what a reader must see changed (the engine fell back, an inbox
+        # vanished, a document started): `docinbox status` reads this row, and a row
+        # older than the jobs it sits beside would contradict them.
+        if now < self.next_runtime and headline == self.last_headline:
             return
         self.next_runtime = now + RUNTIME_EVERY
         try:
@@ -278,6 +328,7 @@ class Daemon:
         except (StoreBusy, sqlite3.OperationalError) as exc:
             self.status_unrecorded.problem(now, f"could not record status ({exc})")
         else:
+            self.last_headline = headline
             self.status_unrecorded.resolved(now, "status recorded again")
         if self.ready_sent:
             self.notifier.status(self.status_line())
@@ -304,6 +355,10 @@ class Daemon:
             current=snap.current,
             inboxes=tuple(
                 ib for ib in map(InboxFacts.from_json, self.watcher.describe()) if ib is not None
+            ),
+            folders=tuple(
+                FolderFacts(key, str(folder), presence.missing, presence.missing_since_wall)
+                for key, (folder, presence) in self.folders.items()
             ),
             taken_at=now,
         )
@@ -334,7 +389,7 @@ class Daemon:
             f"engine {engine}{doing}"
         )
 
-    def reload(self) -> None:
+    def reload(self, now: float) -> None:
         """SIGHUP: re-read the config; inboxes and most settings apply at once."""
         assert self.watcher and self.ingestor and self.supervisor
         if self.cfg.source is None:
@@ -361,6 +416,7 @@ class Daemon:
         # next document boundary to pick them up
         self.supervisor.update_config(new)
         self.watcher.replace_inboxes(new.inboxes)
+        self._watch_folders(now)
         self.retries.keep_inboxes(new.inboxes)
         self.watcher.rescan_now()
         log.info("configuration reloaded from %s", safe_display(new.source or ""))

@@ -13,7 +13,9 @@ failing:  engine fatal (weights missing, no fallback); the worker not alive for 
 degraded: worker down or restarting (within the grace above); running on the fallback
           engine; free space under `disk_low_bytes` (1 GiB); main loop slow (hashing a
           big file over a slow share, database busy); an inbox whose observer died or
-          whose scan fails; stopping; status not recorded in the database lately.
+          whose scan fails; an inbox or output folder that is gone or unmounted (a share
+          away: documents wait for it); stopping; status not recorded in the database
+          lately.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 
 from daemon import __version__
 from daemon.common.live import Phase
+from daemon.common.units import age
 from daemon.service.status import Status
 
 
@@ -116,10 +119,20 @@ def assess(status: Status, thresholds: Thresholds | None = None) -> Health:
         degraded.append("daemon status not recorded in the database lately")
 
     for ib in status.inboxes:
-        if ib.scan_error:
+        if ib.missing is not None:
+            when = (
+                f" for {age(status.now - ib.missing_since)}"
+                if ib.missing_since is not None
+                else ""
+            )
+            degraded.append(f"inbox {ib.path} is {ib.missing}{when}: watching for it to return")
+        elif ib.scan_error:
             degraded.append(f"inbox {ib.path}: {ib.scan_error}")
         elif ib.observer not in (None, "none", "poll") and not ib.observer_alive:
             degraded.append(f"inbox {ib.path}: file watcher stopped")
+
+    for f in status.missing_folders:
+        degraded.append(f"{f.name} {f.path} is {f.missing}: documents wait until it returns")
 
     verdict = Verdict.FAILING if failing else Verdict.DEGRADED if degraded else Verdict.OK
     return Health(verdict, tuple(failing + degraded), worker_alive, hb)
@@ -142,6 +155,7 @@ def healthz_body(status: Status, health: Health) -> dict[str, object]:
         else round(health.last_heartbeat_age, 3),
         "loop_age": None if status.loop_age is None else round(status.loop_age, 3),
         "inboxes_watched": [ib.path for ib in status.inboxes],
+        "inboxes_missing": [ib.path for ib in status.inboxes if ib.missing is not None],
         "disk_free_bytes": status.disk_free,
         "counts": dict(q.counts) if q else None,
         "queue_age_seconds": status.queue_age_seconds or 0.0,

@@ -125,8 +125,14 @@ def metric_families(st: Status, h: Health) -> Iterable[Metric]:
     )
     yield CounterMetricFamily(
         "docinbox_worker_restarts",
-        "Worker (re)starts since the daemon started (resets with the daemon).",
+        "Worker restarts after a crash, hang or internal error since the daemon started "
+        "(resets with the daemon; recycles and engine switches are not counted).",
         value=float(worker.restarts or 0) if worker else 0.0,
+    )
+    yield CounterMetricFamily(
+        "docinbox_engine_switches",
+        "Planned switches to the fallback engine and back since the daemon started.",
+        value=float(worker.switches) if worker else 0.0,
     )
     if h.last_heartbeat_age is not None:
         yield GaugeMetricFamily(
@@ -215,6 +221,23 @@ def _health_metrics(st: Status, h: Health) -> Iterable[Metric]:
     for ib in inboxes:
         ignored.add_metric([ib.path], float(ib.ignored))
     yield ignored
+    present = GaugeMetricFamily(
+        "docinbox_inbox_present",
+        "1 while the inbox folder is there and watched; 0 while it is gone or unmounted.",
+        labels=["inbox"],
+    )
+    for ib in inboxes:
+        present.add_metric([ib.path], 0.0 if ib.missing is not None else 1.0)
+    yield present
+    folders = GaugeMetricFamily(
+        "docinbox_folder_present",
+        "1 while an output folder is there; 0 while it is gone or unmounted (documents "
+        "wait).",
+        labels=["folder"],
+    )
+    for f in st.live.folders if st.live and st.running and not st.live_error else ():
+        folders.add_metric([f.name], 0.0 if f.missing is not None else 1.0)
+    yield folders
 
 
 def _recent_histogram(seconds: tuple[float, ...]) -> Metric:

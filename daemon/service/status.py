@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.common.errors import hint_for
-from daemon.common.live import CurrentDoc, EngineFacts, InboxFacts, Live, LiveFn, WorkerFacts
+from daemon.common.live import (
+    CurrentDoc,
+    EngineFacts,
+    FolderFacts,
+    InboxFacts,
+    Live,
+    LiveFn,
+    WorkerFacts,
+)
 from daemon.config.settings import Config
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Store, StoreBusy
@@ -234,12 +242,21 @@ class Status:
         return self.live.inboxes if self.live else ()
 
     @property
+    def missing_folders(self) -> tuple[FolderFacts, ...]:
+        """Output folders that are gone (a share unmounted): documents wait for them."""
+        if not self.running or self.live is None:
+            return ()
+        return tuple(f for f in self.live.folders if f.missing is not None)
+
+    @property
     def worker(self) -> WorkerFacts:
         """The worker as a reader should see it: only a running daemon has one."""
         w = self.live.worker if self.live else WorkerFacts(phase="stopped")
         if self.running:
             return w
-        return WorkerFacts(phase="stopped", peak_rss=w.peak_rss, restarts=w.restarts)
+        return WorkerFacts(
+            phase="stopped", peak_rss=w.peak_rss, restarts=w.restarts, switches=w.switches
+        )
 
     @property
     def seconds_per_page(self) -> float | None:
@@ -289,6 +306,7 @@ class Status:
                 "rss": w.rss,
                 "peak_rss": w.peak_rss,
                 "restarts": w.restarts,
+                "engine_switches": w.switches,
                 "last_heartbeat_age": w.last_heartbeat_age,
             },
             "current": self.current.to_json() if self.current else None,
@@ -299,6 +317,7 @@ class Status:
             "queue_age_seconds": self.queue_age_seconds,
             "disk_free_bytes": self.disk_free,
             "inboxes": [ib.to_json() for ib in self.inboxes],
+            "folders": [f.to_json() for f in live.folders] if live and self.running else [],
             "recent_failures": [f.to_json() for f in q.recent_failures] if q else [],
             "waiting": [wt.to_json() for wt in q.waiting] if q else [],
             "next_queued": [d.to_json() for d in q.next_queued] if q else [],

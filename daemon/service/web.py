@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,10 @@ def _name(path: str) -> str:
     return safe_display(Path(path).name)
 
 
+def _clock(when: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(when))
+
+
 def _environment() -> Environment:
     env = Environment(
         loader=PackageLoader("daemon.service", "templates"),
@@ -57,7 +62,9 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(age=age, gib=gib, mib=mib, name=_name, display=safe_display)
+    env.filters.update(
+        age=age, gib=gib, mib=mib, name=_name, display=safe_display, clock=_clock
+    )
     return env
 
 
@@ -85,6 +92,9 @@ def signature(status: Status) -> str:
     parts = [str(cur.job_id) if cur else ""]
     parts += [str(counts[s.value]) if s.value in counts else "" for s in JobState]
     parts += ["1" if status.fallback_reason else "0", "1" if status.running else "0"]
+    # A folder going or coming back changes what the page must say.
+    parts += [",".join(ib.path for ib in status.inboxes if ib.missing is not None)]
+    parts += [",".join(f.name for f in status.missing_folders)]
     return "|".join(parts)
 
 

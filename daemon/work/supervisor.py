@@ -195,7 +195,13 @@ class Supervisor:
         self.worker_started_at: float | None = None
         self.peak_rss = 0
         self.rss = 0
-        self.restarts = 0
+        self.restarts = 0  # starts after a crash, a hang or an internal error
+        self.switches = 0  # planned engine switches (to the fallback and back)
+        # The last worker died or was killed for a fault: its successor is a restart.
+        # Recycles and engine switches are planned stops, not restarts.
+        self.crashed = False
+        # Why no new document may start now (an output folder is missing), or None.
+        self.hold: str | None = None
         self.stopping = False
         self.recycle_requested = False
         self.fatal_message: str | None = None
@@ -305,6 +311,7 @@ class Supervisor:
                 rss=self.rss,
                 peak_rss=self.peak_rss,
                 restarts=self.restarts,
+                switches=self.switches,
             ),
             current=None
             if cur is None
@@ -324,8 +331,9 @@ class Supervisor:
     def _spawn(self, now: float) -> None:
         from daemon.work.worker import worker_main
 
-        if self.worker_started_at is not None:
-            self.restarts += 1  # every start after the first: crashes, recycles, fallbacks
+        if self.crashed:
+            self.restarts += 1
+            self.crashed = False
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(
             target=worker_main,
@@ -384,6 +392,8 @@ class Supervisor:
         return code
 
     def _schedule_restart(self, now: float) -> None:
+        # Every path here follows a worker that died or was killed for a fault.
+        self.crashed = True
         base = self.cfg.worker.restart_backoff_seconds
         delay = min(
             base * (2 ** max(0, self.consecutive_failures - 1)),
@@ -534,6 +544,7 @@ class Supervisor:
                 f" To fix: {hint}" if hint else "",
             )
             self.engine_name = fb
+            self.switches += 1
             self.restart_at = now
             return
         self.phase = Phase.FATAL
@@ -555,11 +566,14 @@ class Supervisor:
         self.engine_name = primary
         self.fallback_reason = None
         self.reprobe = None
+        self.switches += 1
         self._stop_worker(now, reason=f"switching back to engine {primary!r}")
 
     # -- documents --------------------------------------------------------------------
 
     def _take_next(self, now: float) -> None:
+        if self.hold is not None:
+            return  # documents wait in the queue (as for a full outbox), none fails
         job = self.store.next_job(self.wall())
         if job is None:
             return

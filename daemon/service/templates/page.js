@@ -6,8 +6,11 @@
   const EVERY_MS = 3000;
   function signature(s) {
     const c = s.counts || {};
+    const missing = (list) => (list || []).filter((x) => x.missing != null);
     return [s.current ? s.current.job_id : "", c.queued, c.running, c.done, c.failed,
-            c.duplicate, s.fallback_reason ? 1 : 0, s.running ? 1 : 0].join("|");
+            c.duplicate, s.fallback_reason ? 1 : 0, s.running ? 1 : 0,
+            missing(s.inboxes).map((ib) => ib.path).join(","),
+            missing(s.folders).map((f) => f.name).join(",")].join("|");
   }
   function set(field, text) {
     const el = document.querySelector('[data-field="' + field + '"]');

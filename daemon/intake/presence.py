@@ -1,0 +1,203 @@
+"""Is a folder still there, and still the same folder? Shares come and go.
+
+A NAS is rebooted and its share remounted, an automount times out, a USB disk is
+replugged, someone renames the folder: from the daemon's side the folder it watches
+vanishes, or is replaced by another one at the same path (a new inode, maybe on another
+file system), or becomes the bare mount point on the parent file system. An inotify watch
+on the old folder is then dead and says nothing, and a polling observer watches a folder
+that no longer exists.
+
+`FolderPresence` follows one folder: the main loop stats it every few seconds (`due`),
+and at once when an event says its root changed (`check_soon`), and feeds the result
+(`probe`) to `update`, which says what changed. It logs the change once, a reminder at
+most once a minute while the folder stays away, and its return. Pure apart from that
+log: the clock is passed in, so tests tick it.
+
+"A mount point in the config's eyes": the folder was on another device than its parent
+when first seen (or at any later check). Once it is on its parent's device again, the
+share is unmounted and what is there is the bare mount point, not the inbox: it is
+reported as missing, not scanned, and files written into it are not taken.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from daemon.common.display import safe_display
+
+logger = logging.getLogger(__name__)
+
+CHECK_SECONDS = 2.0  # a stat of the folder and of its parent: cheap, also over NFS
+REMIND_SECONDS = 60.0
+
+Identity = tuple[int, int]  # (st_dev, st_ino)
+ChangeKind = Literal["gone", "unmounted", "back", "replaced"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One look at a folder: its identity and its parent's device, or why it cannot be
+    seen (gone, a dead FUSE mount's "Transport endpoint is not connected", a stale NFS
+    handle, a file now at that name)."""
+
+    identity: Identity | None
+    parent_dev: int | None = None
+    error: str | None = None  # why it cannot be seen, beyond "no such folder"
+
+    @property
+    def mount_point(self) -> bool:
+        """On another device than its parent: something is mounted on it."""
+        return (
+            self.identity is not None
+            and self.parent_dev is not None
+            and self.identity[0] != self.parent_dev
+        )
+
+
+def probe_folder(path: Path) -> Probe:
+    """stat `path` (following a symlinked inbox, as the observer does) and `path/..`.
+
+    `..` of a mount's root is the folder it is mounted on, on the parent file system, so
+    comparing the two devices tells a mount point without reading the mount table.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return Probe(None)  # plainly gone: no detail worth showing
+    except OSError as exc:
+        return Probe(None, error=exc.strerror or str(exc))
+    if not os.path.isdir(path):
+        return Probe(None, error="not a folder any more")
+    try:
+        parent_dev: int | None = os.stat(os.path.join(path, "..")).st_dev
+    except OSError:
+        parent_dev = None
+    return Probe((st.st_dev, st.st_ino), parent_dev)
+
+
+def _gone(probe: Probe) -> str:
+    return f"gone (unmounted? {probe.error})" if probe.error else "gone (unmounted?)"
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: ChangeKind
+    message: str
+
+
+class FolderPresence:
+    """One folder's presence, as of the last `update`.
+
+    `label` names it in the log ("inbox /srv/scans", "the outbox (/srv/out)").
+    """
+
+    def __init__(
+        self,
+        label: str,
+        *,
+        check_seconds: float = CHECK_SECONDS,
+        remind_seconds: float = REMIND_SECONDS,
+        waiting: str = "watching for it to return",
+        log: logging.Logger = logger,
+    ) -> None:
+        self.label = label
+        self.check_seconds = check_seconds
+        self.remind_seconds = remind_seconds
+        self.waiting = waiting
+        self.log = log
+        self.identity: Identity | None = None
+        self.mount_point = False  # sticky: once a mount point, unmounted when it is not
+        self.missing: str | None = None  # why, while it is away
+        self.missing_since: float | None = None  # monotonic
+        self.missing_since_wall: float | None = None
+        self.next_check = 0.0
+        self.next_reminder = 0.0
+        self.started = False
+
+    @property
+    def present(self) -> bool:
+        return self.missing is None
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_check
+
+    def check_soon(self) -> None:
+        """An event says the folder itself changed: look at the next tick."""
+        self.next_check = 0.0
+
+    def start(self, probe: Probe, now: float, wall: float) -> None:
+        """The first look, when watching begins: no change is reported for it, but a
+        folder already missing is (as one that went away)."""
+        self.started = True
+        self.identity = probe.identity
+        self.mount_point = probe.mount_point
+        self.next_check = now + self.check_seconds
+        if probe.identity is None:
+            self._went_away(_gone(probe), now, wall)
+
+    def update(self, probe: Probe, now: float, wall: float) -> Change | None:
+        """What this look says changed since the last one (None: nothing)."""
+        if not self.started:
+            self.start(probe, now, wall)
+            return None
+        self.next_check = now + self.check_seconds
+        if probe.identity is None:
+            return self._away(_gone(probe), "gone", now, wall)
+        if self.mount_point and not probe.mount_point:
+            return self._away(
+                "not mounted (what is there is the empty mount point on the parent file "
+                "system)",
+                "unmounted",
+                now,
+                wall,
+            )
+        if probe.mount_point:
+            self.mount_point = True
+        if self.missing is not None:
+            away = now - (self.missing_since or now)
+            self.log.info("%s is back after %.0f s: watching it again",
+                          self._name(), away)
+            self.missing = self.missing_since = self.missing_since_wall = None
+            self.identity = probe.identity
+            return Change("back", f"back after {away:.0f} s")
+        if probe.identity != self.identity:
+            self.identity = probe.identity
+            self.log.warning(
+                "%s was replaced by another folder (new inode; remounted?): watching the "
+                "new one", self._name()
+            )
+            return Change("replaced", "replaced by another folder")
+        return None
+
+    def _away(self, why: str, kind: ChangeKind, now: float, wall: float) -> Change | None:
+        if self.missing is None:
+            self._went_away(why, now, wall)
+            return Change(kind, why)
+        if why != self.missing:
+            # From gone to an empty mount point (the share's folder came back without the
+            # share): say what it is now, as a new first report.
+            self.missing = why
+            self.log.warning("%s is %s: %s", self._name(), why, self.waiting)
+            self.next_reminder = now + self.remind_seconds
+            return Change(kind, why)
+        if now >= self.next_reminder:
+            self.log.warning(
+                "%s is still %s (for %.0f s): %s",
+                self._name(), why, now - (self.missing_since or now), self.waiting,
+            )
+            self.next_reminder = now + self.remind_seconds
+        return None
+
+    def _went_away(self, why: str, now: float, wall: float) -> None:
+        self.missing = why
+        self.missing_since = now
+        self.missing_since_wall = wall
+        self.next_reminder = now + self.remind_seconds
+        self.log.warning("%s is %s: %s", self._name(), why, self.waiting)
+
+    def _name(self) -> str:
+        return safe_display(self.label)
