@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from daemon.common.display import safe_display
+from daemon.common.mounttable import parse_mountinfo, read_mountinfo
 
 logger = logging.getLogger(__name__)
 
@@ -47,22 +48,35 @@ class Probe:
     identity: Identity | None
     parent_dev: int | None = None
     error: str | None = None  # why it cannot be seen, beyond "no such folder"
+    listed: bool = False  # a mount point in the mount table
 
     @property
     def mount_point(self) -> bool:
-        """On another device than its parent: something is mounted on it."""
-        return (
-            self.identity is not None
-            and self.parent_dev is not None
-            and self.identity[0] != self.parent_dev
+        """Something is mounted on it: on another device than its parent, or listed."""
+        if self.identity is None:
+            return False
+        return self.listed or (
+            self.parent_dev is not None and self.identity[0] != self.parent_dev
         )
 
 
-def probe_folder(path: Path) -> Probe:
+def mount_points(mountinfo: str | None = None) -> frozenset[str] | None:
+    """Every mount point now (None: the table cannot be read). `mountinfo`: its text;
+    None reads /proc/self/mountinfo."""
+    try:
+        text = mountinfo if mountinfo is not None else read_mountinfo()
+    except OSError:
+        return None
+    return frozenset(m.mount_point for m in parse_mountinfo(text))
+
+
+def probe_folder(path: Path, points: frozenset[str] | None = None) -> Probe:
     """stat `path` (following a symlinked inbox, as the observer does) and `path/..`.
 
     `..` of a mount's root is the folder it is mounted on, on the parent file system, so
-    comparing the two devices tells a mount point without reading the mount table.
+    comparing the two devices tells most mount points. A bind mount of a folder of the
+    same file system keeps the device: `points` (the mount table's mount points) tells
+    those.
     """
     try:
         st = os.stat(path)
@@ -76,7 +90,8 @@ def probe_folder(path: Path) -> Probe:
         parent_dev: int | None = os.stat(os.path.join(path, "..")).st_dev
     except OSError:
         parent_dev = None
-    return Probe((st.st_dev, st.st_ino), parent_dev)
+    listed = points is not None and os.path.realpath(path) in points
+    return Probe((st.st_dev, st.st_ino), parent_dev, listed=listed)
 
 
 def _gone(probe: Probe) -> str:

@@ -59,7 +59,7 @@ from daemon.intake.observers import (
     observer_healthy,
     reports_close_write,
 )
-from daemon.intake.presence import FolderPresence, Probe, probe_folder
+from daemon.intake.presence import FolderPresence, Probe, mount_points, probe_folder
 from daemon.intake.stability import (
     DEFAULT_OPEN_WRITE_CAP_SECONDS,
     FileStabilityTracker,
@@ -121,7 +121,7 @@ class Watcher:
         join_timeout: float = 5.0,
         max_queued_hints: int = 100_000,
         open_write_cap_seconds: float = DEFAULT_OPEN_WRITE_CAP_SECONDS,
-        probe: Callable[[Path], Probe] = probe_folder,
+        probe: Callable[[Path, frozenset[str] | None], Probe] = probe_folder,
         wall: Callable[[], float] = time.time,
     ) -> None:
         """`exclude_dirs`: folders never scanned even when inside an inbox (pass the
@@ -208,7 +208,17 @@ class Watcher:
 
     def _first_look(self, state: _InboxState) -> None:
         # -inf: the first tick looks again, whatever its clock reads.
-        state.presence.start(self._probe(state.root), -math.inf, self._wall())
+        state.presence.start(
+            self._probe(state.root, self._mount_points()), -math.inf, self._wall()
+        )
+
+    def _mount_points(self) -> frozenset[str] | None:
+        if self._mountinfo_reader is None:
+            return mount_points()
+        try:
+            return mount_points(self._mountinfo_reader())
+        except OSError:
+            return None
 
     def stop(self) -> None:
         """Stop every observer and wait for their threads (bounded by join_timeout)."""
@@ -465,11 +475,11 @@ class Watcher:
         """stat each inbox every few seconds (at once after a root event): a folder that
         vanished, was replaced or unmounted leaves a dead observer behind and nothing
         would say so."""
-        for state in self._states:
+        due = [state for state in self._states if state.presence.due(now)]
+        points = self._mount_points() if due else None  # read once for all of them
+        for state in due:
             presence = state.presence
-            if not presence.due(now):
-                continue
-            change = presence.update(self._probe(state.root), now, self._wall())
+            change = presence.update(self._probe(state.root, points), now, self._wall())
             if change is None:
                 continue
             # Whatever watched the old folder is dead or watches the wrong one.

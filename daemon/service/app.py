@@ -33,7 +33,7 @@ from daemon.config.settings import (
     output_folders,
 )
 from daemon.intake.ingest import Ingestor, IngestRetries
-from daemon.intake.presence import FolderPresence, probe_folder
+from daemon.intake.presence import FolderPresence, mount_points, probe_folder
 from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.output import outbox
@@ -256,14 +256,15 @@ class Daemon:
                 waiting="documents wait in the queue until it returns",
                 log=log,
             )
-            presence.start(probe_folder(folder), now, self.wall())
+            presence.start(probe_folder(folder, mount_points()), now, self.wall())
             self.folders[key] = (folder, presence)
 
     def _look_at_folders(self, now: float) -> None:
         assert self.supervisor
-        for folder, presence in self.folders.values():
-            if presence.due(now):
-                presence.update(probe_folder(folder), now, self.wall())
+        due = [(f, p) for f, p in self.folders.values() if p.due(now)]
+        points = mount_points() if due else None
+        for folder, presence in due:
+            presence.update(probe_folder(folder, points), now, self.wall())
         missing = [
             f"the {key} ({safe_display(folder)}) is {presence.missing}"
             for key, (folder, presence) in self.folders.items()
