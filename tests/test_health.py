@@ -369,3 +369,49 @@ def test_metrics_count_files_an_inbox_ignores(cfg: Config, start: Start) -> None
                                   "ignored_names": ["a.docx", "b.zip", "c.txt"]}])
     m = metrics(start(lambda: live))
     assert one(m, "docinbox_inbox_ignored_files", inbox=inbox) == 3
+
+
+def test_a_missing_inbox_and_outbox_degrade_and_show_everywhere(
+    store: Store, start: Start, cfg: Config
+) -> None:
+    """A share away: /healthz degraded naming it, a gauge per inbox and folder, the page
+    and `docinbox status` saying since when."""
+    from daemon.cli.main import render_status
+    from daemon.service.status import collect
+
+    inbox = str(cfg.inboxes[0].path)
+    live = live_ok(
+        cfg,
+        inboxes=[{"path": inbox, "observer": "none", "missing": "gone (unmounted?)",
+                  "missing_since": NOW - 125},
+                 {"path": "/srv/other", "observer": "inotify"}],
+        folders=[{"name": "outbox", "path": "/srv/nas/out", "missing": "not mounted (...)",
+                  "missing_since": NOW - 30},
+                 {"name": "failed", "path": "/srv/failed"}],
+        worker_restarts=0,
+        worker_switches=1,
+    )
+    srv = start(lambda: live)
+    code, body = get(srv, "/healthz")
+    h = json.loads(body)
+    assert (code, h["status"]) == (200, "degraded")
+    assert f"inbox {inbox} is gone (unmounted?) for 2m: watching for it to return" in h["reasons"]
+    assert any(r.startswith("outbox /srv/nas/out is not mounted") for r in h["reasons"])
+    assert h["inboxes_missing"] == [inbox]
+    m = metrics(srv)
+    assert one(m, "docinbox_inbox_present", inbox=inbox) == 0
+    assert one(m, "docinbox_inbox_present", inbox="/srv/other") == 1
+    assert one(m, "docinbox_folder_present", folder="outbox") == 0
+    assert one(m, "docinbox_folder_present", folder="failed") == 1
+    assert one(m, "docinbox_worker_restarts_total") == 0
+    assert one(m, "docinbox_engine_switches_total") == 1
+    code, page = get(srv, "/")
+    assert code == 200 and "MISSING" in page and "/srv/nas/out" in page
+    st = collect(cfg, now=NOW, store=store, live=lambda: live, monotonic=MONO)
+    text = render_status(st)
+    assert f"inbox:   {inbox} (MISSING since " in text and "(2m): gone (unmounted?)" in text
+    assert "MISSING: outbox /srv/nas/out since " in text
+    assert "0 restart(s) after a crash, 1 engine switch(es)" in text
+    as_json = st.to_json()
+    assert as_json["inboxes"][0]["missing_since"] == NOW - 125  # type: ignore[index]
+    assert as_json["worker"]["engine_switches"] == 1  # type: ignore[index]

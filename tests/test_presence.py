@@ -142,7 +142,8 @@ def test_probe_of_real_folders(tmp_path: Path) -> None:
     assert probe_folder(tmp_path / "file").identity is None
     points = mount_points()
     assert points is not None and "/" in points
-    assert mount_points("1 0 8:1 / /srv/a\\040b rw - ext4 /dev/sda1 rw\n") == frozenset({"/srv/a b"})
+    table = "1 0 8:1 / /srv/a\\040b rw - ext4 /dev/sda1 rw\n"
+    assert mount_points(table) == frozenset({"/srv/a b"})
 
 
 # -- the mount tables and the start-time check -------------------------------------------
