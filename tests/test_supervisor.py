@@ -595,6 +595,51 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
         d.close()
 
 
+@pytest.mark.integration
+def test_the_status_row_shows_the_fallback_before_any_document_it_converts(
+    tmp_path: Path,
+) -> None:
+    """`docinbox status` reads the row the daemon records every RUNTIME_EVERY seconds. A
+    fallback engine loads and converts a small document in less than that: the row is
+    recorded at once when what it says changes, so it can never be older than the jobs
+    it sits beside. The made-up clock never advances, so only that rule writes it."""
+    from daemon.config.settings import check_paths
+    from daemon.service.app import Daemon
+
+    engine = fault_engine(fault="unavailable")
+    engine["fallback_engine"] = "lite"
+    cfg = load_config(write_config(tmp_path, engine=engine))
+    assert check_paths(cfg) == []
+    clock = Clock()
+    d = Daemon(cfg, wall=clock)
+    d.start(clock.now)
+    assert d.store is not None and d.supervisor is not None
+    store, sup = d.store, d.supervisor
+    seen: list[tuple[str, str | None]] = []
+    try:
+        jid = queue_pdf(cfg, store, clock, "a.pdf")
+        end = time.monotonic() + 90
+        while present(store.job(jid)).state != JobState.DONE:
+            assert time.monotonic() < end, f"gave up; phase={sup.phase}"
+            d.loop(clock.now)
+            row = store.runtime()
+            seen.append((str(row.get("phase")), row.get("fallback_reason")))
+            if sup.conn is not None:
+                sup.conn.poll(0.05)
+        row = store.runtime()
+        assert "unavailable" in str(row["fallback_reason"]), row
+        assert row["worker_restarts"] == 0 and row["worker_switches"] == 1, row
+        assert ("busy", row["fallback_reason"]) in seen  # recorded while lite worked
+    finally:
+        sup.request_stop(clock.now)
+        end = time.monotonic() + 60
+        while not sup.stopped and time.monotonic() < end:
+            d.loop(clock.now)
+            if sup.conn is not None:
+                sup.conn.poll(0.05)
+        d.close()
+
+
 def test_an_engine_with_many_pages_in_flight_is_told_enough_pages_ahead(
     tmp_path: Path,
 ) -> None:
