@@ -243,3 +243,35 @@ def test_fuse_share_killed_and_started_again(
             fuse.terminate()
             fuse.wait(30)
         fuse_unmount(mnt)
+
+
+def test_outbox_unmounted_makes_documents_wait_not_fail(
+    tmp_path: Path, daemon_factory: DaemonFactory, mounter: Mounter
+) -> None:
+    outbox = tmp_path / "outbox"
+    outbox.mkdir()
+    args = ["-t", "tmpfs", "-o", "size=8m", "tmpfs"]
+    mounter(args, outbox)
+    d = start_daemon(daemon_factory)
+    make_text_pdf(tmp_path / "inbox" / "before.pdf", [["Before the outage heron"]])
+    d.wait_settled(1)
+
+    subprocess.run(["umount", str(outbox)], check=True)
+    wait_for(lambda: "the outbox (" in d.output()
+             and "documents wait in the queue until it returns" in d.output(), 15,
+             "the outbox warning", d.proc)
+    status = cli("status", "--config", str(d.config)).stdout
+    assert "MISSING: outbox " in status and "not mounted" in status, status
+    make_text_pdf(tmp_path / "inbox" / "meanwhile.pdf", [["During the outage otter"]])
+    wait_for(lambda: job_names(d)["meanwhile.pdf"] == 1, 30, "meanwhile.pdf queued", d.proc)
+    deadline = time.monotonic() + 5  # it would start within a tick if nothing held it
+    while time.monotonic() < deadline:
+        assert d.states()["meanwhile.pdf"] == "queued", d.jobs()
+        time.sleep(0.5)
+    assert not (outbox / "meanwhile").exists()  # nothing written into the bare folder
+
+    mounter(args, outbox)
+    assert_each_taken_once(d, "before.pdf", "meanwhile.pdf")
+    assert "is back after" in d.output()
+    assert any(p.stem == "meanwhile" for p in d.outputs())
+    assert d.stop() == 0
