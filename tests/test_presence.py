@@ -262,15 +262,24 @@ def test_inbox_replaced_by_a_new_folder_gets_a_new_observer_and_a_scan(
 def test_the_observers_root_event_is_looked_at_on_the_next_tick(tmp_path: Path) -> None:
     inbox = tmp_path / "inbox"
     inbox.mkdir()
+    looks: list[Path] = []
+
+    def probe(path: Path, points: frozenset[str] | None) -> Probe:
+        looks.append(path)
+        return probe_folder(path, points)
+
     factory = FakeFactory()
-    watcher = watcher_on(inbox, factory)
-    watcher.tick(0.0)
-    inbox.rmdir()
-    watcher.tick(0.5)  # no look due before 2.0
-    assert watcher.describe()[0]["missing"] is None
-    factory.created[0].send(DirDeletedEvent(str(inbox)))  # inotify's IN_DELETE_SELF
-    watcher.tick(0.75)
-    assert watcher.describe()[0]["missing"] == "gone (unmounted?)"
+    watcher = watcher_on(inbox, factory, probe=probe)
+    try:
+        watcher.tick(0.0)
+        before = len(looks)
+        watcher.tick(0.5)
+        assert len(looks) == before  # no look due before 2.0
+        factory.created[0].send(DirDeletedEvent(str(inbox)))  # watchdog's IN_DELETE_SELF
+        watcher.tick(0.75)
+        assert len(looks) == before + 1
+    finally:
+        watcher.stop()
 
 
 def test_files_written_into_an_unmounted_shares_mount_point_are_not_taken(
@@ -316,3 +325,50 @@ def test_files_of_no_document_type_are_noted_on_events_not_only_at_rescans(
     factory.created[0].send(FileDeletedEvent(str(docx)))
     watcher.tick(1.0)
     assert watcher.describe()[0]["ignored"] == 0
+
+
+def test_a_folder_moved_away_is_looked_at_on_the_next_tick_not_the_next_look(
+    tmp_path: Path,
+) -> None:
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    watcher = watcher_on(inbox, FakeFactory())
+    try:
+        watcher.tick(0.0)
+        os.rename(inbox, tmp_path / "away")  # inotify's IN_MOVE_SELF on the folder
+        watcher.tick(0.25)  # the next look is due at 2.0
+        assert watcher.describe()[0]["missing"] == "gone (unmounted?)"
+        os.rename(tmp_path / "away", inbox)
+        watcher.tick(2.25)
+        assert watcher.describe()[0]["missing"] is None
+        os.rename(inbox, tmp_path / "away")  # heard again: the folder is watched again
+        watcher.tick(2.5)
+        assert watcher.describe()[0]["missing"] == "gone (unmounted?)"
+    finally:
+        watcher.stop()
+
+
+def test_an_unmount_is_heard_on_the_next_tick(tmp_path: Path) -> None:
+    """IN_UNMOUNT, which the kernel sends to every watch on the file system unmounted."""
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting needs root (CAP_SYS_ADMIN); running as uid {os.geteuid()}")
+    inbox = tmp_path / "mnt"
+    inbox.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(inbox)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
+    watcher = Watcher([InboxConfig(path=inbox)], stability_seconds=STABLE,
+                      rescan_seconds=300.0, observer_factory=FakeFactory(), wall=lambda: WALL)
+    try:
+        watcher.start()
+        watcher.tick(0.0)
+        subprocess.run(["umount", str(inbox)], check=True)
+        watcher.tick(0.25)
+        missing = watcher.describe()[0]["missing"]
+        assert isinstance(missing, str) and missing.startswith("not mounted"), missing
+    finally:
+        watcher.stop()
+        subprocess.run(["umount", "-l", str(inbox)], capture_output=True, check=False)

@@ -8,8 +8,10 @@ on the old folder is then dead and says nothing, and a polling observer watches 
 that no longer exists.
 
 `FolderPresence` follows one folder: the main loop stats it every few seconds (`due`),
-and at once when an event says its root changed (`check_soon`), and feeds the result
-(`probe`) to `update`, which says what changed. It logs the change once, a reminder at
+and at once when an event says its root changed (`check_soon`: watchdog's deleted event
+for the inbox itself, or `RootWatch`, an inotify watch on the folder that hears it moved,
+deleted or unmounted), and feeds the result (`probe`) to `update`, which says what
+changed. It logs the change once, a reminder at
 most once a minute while the folder stays away, and its return. Pure apart from that
 log: the clock is passed in, so tests tick it.
 
@@ -21,8 +23,12 @@ reported as missing, not scanned, and files written into it are not taken.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -216,3 +222,85 @@ class FolderPresence:
 
     def _name(self) -> str:
         return safe_display(self.label)
+
+
+# inotify(7): the folder itself moved or deleted; the kernel always adds IN_UNMOUNT (its
+# file system was unmounted) and IN_IGNORED (the watch is gone) without being asked.
+_IN_DELETE_SELF = 0x400
+_IN_MOVE_SELF = 0x800
+_IN_ONLYDIR = 0x01000000
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then `len` bytes of name)
+
+
+class RootWatch:
+    """One inotify instance watching the inbox folders themselves, read without blocking
+    on every tick of the main loop: a folder moved away, deleted or unmounted is looked
+    at on the next tick instead of at the next look (watchdog reports only the deletion).
+
+    Best effort and Linux only: `create` returns None where inotify is missing or its
+    limits are reached, and the looks every few seconds find the same changes.
+    """
+
+    def __init__(self, fd: int, libc: ctypes.CDLL) -> None:
+        self._fd = fd
+        self._libc = libc
+        self._paths: dict[int, Path] = {}  # watch descriptor -> the folder's path
+
+    @classmethod
+    def create(cls) -> RootWatch | None:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        except (OSError, AttributeError):
+            return None
+        if fd < 0:
+            logger.info("no inotify instance for the inbox folders (%s); looking at them "
+                        "every few seconds only", os.strerror(ctypes.get_errno()))
+            return None
+        return cls(fd, libc)
+
+    def watch(self, path: Path) -> None:
+        """Watch the folder now at `path` (again after it came back: a new inode)."""
+        if self._fd < 0:
+            return
+        for wd in [wd for wd, p in self._paths.items() if p == path]:
+            del self._paths[wd]
+            self._libc.inotify_rm_watch(self._fd, wd)  # EINVAL when already gone: fine
+        wd = self._libc.inotify_add_watch(
+            self._fd, os.fsencode(path), _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_ONLYDIR
+        )
+        if wd >= 0:
+            self._paths[wd] = path
+
+    def fired(self) -> set[Path]:
+        """The folders something happened to since the last call."""
+        found: set[Path] = set()
+        while self._fd >= 0:
+            try:
+                data = os.read(self._fd, 64 * 1024)
+            except (BlockingIOError, InterruptedError):
+                return found
+            except OSError:
+                return found
+            if not data:
+                return found
+            offset = 0
+            while offset + _EVENT.size <= len(data):
+                wd, _mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size + length
+                path = self._paths.get(wd)
+                if path is not None:
+                    found.add(path)
+        return found
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+        self._paths.clear()
+
+    def __del__(self) -> None:
+        # A watcher dropped without stop() (tests, a failed start) must not keep its
+        # inotify instance: they are few per user (fs.inotify.max_user_instances).
+        self.close()

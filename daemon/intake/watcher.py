@@ -59,7 +59,13 @@ from daemon.intake.observers import (
     observer_healthy,
     reports_close_write,
 )
-from daemon.intake.presence import FolderPresence, Probe, mount_points, probe_folder
+from daemon.intake.presence import (
+    FolderPresence,
+    Probe,
+    RootWatch,
+    mount_points,
+    probe_folder,
+)
 from daemon.intake.stability import (
     DEFAULT_OPEN_WRITE_CAP_SECONDS,
     FileStabilityTracker,
@@ -151,6 +157,7 @@ class Watcher:
         self._overflowed = threading.Event()
         self._rescan_requested = threading.Event()
         self._started = False
+        self._roots: RootWatch | None = None  # inotify on the inbox folders themselves
         self._overflow_hook = OverflowHook(self._overflowed, self._hints_ready)
         self._states: list[_InboxState] = [self._new_state(inbox) for inbox in inboxes]
 
@@ -202,6 +209,7 @@ class Watcher:
         rescan still finds files, and a missing inbox is retried at each rescan."""
         self._started = True
         logging.getLogger(OverflowHook.LOGGER).addHandler(self._overflow_hook)
+        self._roots = RootWatch.create()
         for state in self._states:
             self._first_look(state)
             self._start_observer(state)
@@ -211,6 +219,11 @@ class Watcher:
         state.presence.start(
             self._probe(state.root, self._mount_points()), -math.inf, self._wall()
         )
+        self._watch_root(state)
+
+    def _watch_root(self, state: _InboxState) -> None:
+        if self._roots is not None and state.presence.present:
+            self._roots.watch(state.root)
 
     def _mount_points(self) -> frozenset[str] | None:
         if self._mountinfo_reader is None:
@@ -224,6 +237,9 @@ class Watcher:
         """Stop every observer and wait for their threads (bounded by join_timeout)."""
         self._started = False
         logging.getLogger(OverflowHook.LOGGER).removeHandler(self._overflow_hook)
+        if self._roots is not None:
+            self._roots.close()
+            self._roots = None
         observers = [s.observer for s in self._states if s.observer is not None]
         for state in self._states:
             state.observer = None
@@ -475,6 +491,11 @@ class Watcher:
         """stat each inbox every few seconds (at once after a root event): a folder that
         vanished, was replaced or unmounted leaves a dead observer behind and nothing
         would say so."""
+        if self._roots is not None:
+            fired = self._roots.fired()  # moved, deleted, unmounted: look now
+            for state in self._states:
+                if state.root in fired:
+                    state.presence.check_soon()
         due = [state for state in self._states if state.presence.due(now)]
         points = self._mount_points() if due else None  # read once for all of them
         for state in due:
@@ -493,6 +514,7 @@ class Watcher:
             # meanwhile are taken now, not at the next periodic rescan. Files reported
             # before keep their signatures: the same file is not offered twice.
             if self._started:
+                self._watch_root(state)
                 self._start_observer(state)
             state.next_scan = None
 
