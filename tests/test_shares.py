@@ -57,7 +57,9 @@ def inbox_facts(d: DaemonProc) -> dict[str, Any]:
 
 def wait_missing(d: DaemonProc, warning: str) -> str:
     """Wait for the warning and for status to say the inbox is missing; the status text."""
+    t0 = time.monotonic()
     wait_for(lambda: warning in d.output(), 15, f"the warning {warning!r}", d.proc)
+    print(f"warned {time.monotonic() - t0:.1f} s after the inbox went away")
     wait_for(lambda: inbox_facts(d).get("missing"), 15, "status: inbox missing", d.proc)
     status = cli("status", "--config", str(d.config)).stdout
     assert "(MISSING since " in status, status
@@ -66,8 +68,10 @@ def wait_missing(d: DaemonProc, warning: str) -> str:
 
 def drop_and_expect_queued(d: DaemonProc, folder: Path, name: str, text: str) -> None:
     make_text_pdf(folder / name, [[text]])
+    t0 = time.monotonic()
     wait_for(lambda: job_names(d)[name] == 1, QUEUED_WITHIN,
              f"{name} queued within {QUEUED_WITHIN:.0f} s of being dropped", d.proc)
+    print(f"{name} queued {time.monotonic() - t0:.1f} s after it was dropped")
 
 
 def assert_each_taken_once(d: DaemonProc, *names: str) -> None:
