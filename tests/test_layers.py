@@ -102,6 +102,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.output.originals": (80, "daemon"),
     "daemon.intake.ingest": (80, "daemon"),
     "daemon.work.reprobe": (90, "daemon"),
+    "daemon.work.engine_choice": (90, "daemon"),
+    "daemon.work.output_retry": (90, "daemon"),
     "daemon.work.supervisor": (90, "daemon"),
     "daemon.output.formats": (100, "daemon"),
     "daemon.output.formats.text": (100, "daemon"),
@@ -206,12 +208,12 @@ def test_daemon_side_modules_import_nothing_heavy_when_loaded() -> None:
 
 
 def test_parent_packages_are_imports_too() -> None:
-    # The supervisor probes an http server with daemon.engines.mineru.runtimes.http, which
+    # The daemon re-probes an http server with daemon.engines.mineru.runtimes.http, which
     # runs daemon/engines/__init__.py and daemon/engines/mineru/__init__.py in the daemon
     # process first; the graph must see them, or a package face that imported an engine
     # would load it into the daemon unnoticed.
     graph = import_graph()
-    deps = graph["daemon.work.supervisor"]
+    deps = graph["daemon.work.engine_choice"]
     assert {"daemon.engines", "daemon.engines.mineru", "daemon.engines.mineru.runtimes"} <= deps
     # And a package's face is shared: it could not import a worker-side module.
     assert not may_import("daemon.engines", "daemon.engines.registry")

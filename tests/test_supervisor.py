@@ -234,8 +234,8 @@ def test_fallback_engine_when_the_configured_one_cannot_load(tmp_path: Path) -> 
     bench = Bench(tmp_path, unavailable=frozenset({engine["name"]}), engine=engine)
     jid = bench.queue("a.pdf")
     bench.step_until(lambda: bench.job(jid).state == JobState.DONE)
-    assert bench.sup.engine_name == "lite"
-    assert "weights are missing" in (bench.sup.fallback_reason or "")
+    assert bench.sup.choice.name == "lite"
+    assert "weights are missing" in (bench.sup.choice.fallback_reason or "")
     assert bench.job(jid).engine == "lite"
     assert [w.engine for w in bench.ctx.workers] == [engine["name"], "lite"]
     # A planned switch, shown as one: not a restart after a crash.
@@ -332,17 +332,38 @@ def test_exit_reasons_are_plain_words() -> None:
 def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> None:
     import errno
 
-    cfg, _, sup, _ = setup(tmp_path)
+    from daemon.work.output_retry import folder_of
+
+    cfg, _, _, _ = setup(tmp_path)
     inbox = cfg.inboxes[0].path
     # deleting the original out of a read-only inbox (an inbox missing from systemd's
     # ReadWritePaths=): only one end is known
     gone = OSError(errno.EROFS, "Read-only file system", str(inbox / "a.pdf"))
-    assert sup._folder_of(gone) == f"the inbox ({inbox})"
+    assert folder_of(cfg, gone) == f"the inbox ({inbox})"
     # a rename names both ends; with both writable, the destination is named
     both = OSError(errno.ENOSPC, "No space left on device", str(inbox / "a.pdf"), None,
                    str(cfg.archive / "a.pdf"))
-    assert sup._folder_of(both) == f"the archive ({cfg.archive})"
-    assert sup._folder_of(OSError(errno.EIO, "I/O error")) == f"the outbox ({cfg.outbox})"
+    assert folder_of(cfg, both) == f"the archive ({cfg.archive})"
+    assert folder_of(cfg, OSError(errno.EIO, "I/O error")) == f"the outbox ({cfg.outbox})"
+
+
+def test_an_unwritable_output_waits_longer_each_time_up_to_the_cap(tmp_path: Path) -> None:
+    import errno
+
+    from daemon.work.output_retry import output_wait
+
+    cfg, _, _, _ = setup(tmp_path)
+    w = cfg.worker
+    full = OSError(errno.ENOSPC, "No space left on device", str(cfg.outbox / "x"))
+    delays = [output_wait(cfg, attempts, full).delay for attempts in range(1, 30)]
+    assert delays[0] == w.output_retry_seconds
+    assert delays[1] == 2 * w.output_retry_seconds
+    assert delays == sorted(delays) and delays[-1] == w.output_retry_max_seconds
+    wait = output_wait(cfg, 1, full)
+    assert wait.message == (
+        f"waiting: cannot write the outbox ({cfg.outbox}) (No space left on device); "
+        f"retry in {w.output_retry_seconds:.0f} s"
+    )
 
 
 def test_a_state_folder_open_to_others_is_made_private_at_start(tmp_path: Path) -> None:

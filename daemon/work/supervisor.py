@@ -43,12 +43,12 @@ from daemon.common.live import (
     WorkerFacts,
     scalars,
 )
-from daemon.config.folders import folder_in_error
 from daemon.config.settings import Config, page_options_for, parse_page_range
 from daemon.document.page import EngineInfo, PageOptions
 from daemon.document.record import PageRecord
-from daemon.engines.mineru.runtimes.http import display_url
 from daemon.jobs.store import Job, Store, StoreBusy
+from daemon.work.engine_choice import EngineChoice
+from daemon.work.output_retry import output_wait
 from daemon.work.protocol import (
     DocError,
     Heartbeat,
@@ -63,7 +63,6 @@ from daemon.work.protocol import (
     Stop,
     Unavailable,
 )
-from daemon.work.reprobe import Reprobe
 
 log = logging.getLogger("docinbox.supervisor")
 
@@ -179,10 +178,9 @@ class Supervisor:
         self.outcomes = outcomes
         self.wall = wall
         self.ctx: ProcessContext = context or multiprocessing.get_context("spawn")
-        self.engine_name = cfg.engine.name
+        self.choice = EngineChoice(cfg.engine)  # which engine the next worker loads
         self.engine_info: EngineInfo | None = None  # what the worker loaded
         self.engine_in_flight = 1  # pages the worker's engine parses at once
-        self.fallback_reason: str | None = None
         self.phase = Phase.DOWN
         self.proc: WorkerProcess | None = None
         self.conn: Connection | None = None
@@ -196,7 +194,6 @@ class Supervisor:
         self.peak_rss = 0
         self.rss = 0
         self.restarts = 0  # starts after a crash, a hang or an internal error
-        self.switches = 0  # planned engine switches (to the fallback and back)
         # The last worker died or was killed for a fault: its successor is a restart.
         # Recycles and engine switches are planned stops, not restarts.
         self.crashed = False
@@ -207,8 +204,6 @@ class Supervisor:
         self.fatal_message: str | None = None
         self.fatal_hint: str = ""
         self.pending: Callable[[float], None] | None = None
-        # Set while the fallback engine stands in for an unreachable MinerU server.
-        self.reprobe: Reprobe | None = None
 
     # -- public ---------------------------------------------------------------------
 
@@ -222,7 +217,7 @@ class Supervisor:
         self._drain(now)
         if self.proc is not None:
             self._check_health(now)
-        server_back = self.reprobe is not None and self.reprobe.back(now)
+        server_back = self.choice.server_back(now)
         if self.stopping:
             self._stop_if_between_pages(now)
         elif self.phase == Phase.IDLE:
@@ -253,9 +248,7 @@ class Supervisor:
         so a change it needs is applied by recycling it at the next document boundary."""
         old, self.cfg = self.cfg, new
         if new.engine != old.engine:
-            self.engine_name = new.engine.name
-            self.fallback_reason = None
-            self.reprobe = None
+            self.choice.reconfigure(new.engine)
         worker_view = (old.engine, old.limits, old.passwords, old.worker.heartbeat_seconds)
         if worker_view != (new.engine, new.limits, new.passwords, new.worker.heartbeat_seconds):
             self.recycle_requested = True
@@ -302,8 +295,8 @@ class Supervisor:
         """Facts for status, health and metrics."""
         cur = self.current
         return SupervisorFacts(
-            engine=_engine_facts(self.engine_info, self.engine_name),
-            fallback_reason=self.fallback_reason,
+            engine=_engine_facts(self.engine_info, self.choice.name),
+            fallback_reason=self.choice.fallback_reason,
             fatal=self.fatal_message,
             worker=WorkerFacts(
                 phase=self.phase.value,
@@ -311,7 +304,7 @@ class Supervisor:
                 rss=self.rss,
                 peak_rss=self.peak_rss,
                 restarts=self.restarts,
-                switches=self.switches,
+                switches=self.choice.switches,
             ),
             current=None
             if cur is None
@@ -337,8 +330,8 @@ class Supervisor:
         parent, child = self.ctx.Pipe(duplex=True)
         proc = self.ctx.Process(
             target=worker_main,
-            args=(child, self.cfg, self.engine_name, os.getpid()),
-            name=f"docinbox-worker[{self.engine_name}]",
+            args=(child, self.cfg, self.choice.name, os.getpid()),
+            name=f"docinbox-worker[{self.choice.name}]",
             daemon=True,
         )
         proc.start()
@@ -351,7 +344,7 @@ class Supervisor:
         self.worker_started_at = now
         self.peak_rss = 0
         self.recycle_requested = False
-        log.info("worker started (pid %s, engine %s)", proc.pid, self.engine_name)
+        log.info("worker started (pid %s, engine %s)", proc.pid, self.choice.name)
 
     def _stop_if_between_pages(self, now: float) -> None:
         """While stopping, a worker that holds no request is told to exit, however it got
@@ -524,49 +517,22 @@ class Supervisor:
                 self.phase = Phase.IDLE
 
     def _on_unavailable(self, now: float, message: str, hint: str) -> None:
-        fb = self.cfg.engine.fallback_engine
         # Mid-document (the MinerU server went away for longer than the retries last):
         # not the document's fault; it resumes at its first unfinished page.
         self._interrupt_current(now, f"engine unavailable: {message}")
         self._reap()
-        if fb and self.engine_name != fb:
-            self.fallback_reason = f"engine {self.engine_name!r} unavailable: {message}"
-            primary = self.cfg.engine
-            if self.engine_name == primary.name and primary.runtime == "http":
-                self.reprobe = Reprobe(primary.http, primary.http.reprobe_seconds)
-                self.reprobe.back(now)
-            log.warning(
-                "engine %r cannot run: %s. FALLING BACK to %r; documents are marked with the "
-                "engine used, so you can `docinbox reprocess` them later.%s",
-                self.engine_name,
-                message,
-                fb,
-                f" To fix: {hint}" if hint else "",
-            )
-            self.engine_name = fb
-            self.switches += 1
+        if self.choice.fall_back(now, message, hint):
             self.restart_at = now
             return
         self.phase = Phase.FATAL
-        self.fatal_message = f"engine {self.engine_name!r} cannot run: {message}"
+        self.fatal_message = f"engine {self.choice.name!r} cannot run: {message}"
         self.fatal_hint = hint
         log.error("%s%s", self.fatal_message, f" (to fix: {hint})" if hint else "")
 
     def _switch_back(self, now: float) -> None:
         """The MinerU server answers again: replace the fallback worker at a document
         boundary (now: the worker is idle)."""
-        assert self.reprobe is not None
-        primary = self.cfg.engine.name
-        log.warning(
-            "MinerU server %s answers again: SWITCHING BACK from %r to %r",
-            display_url(self.reprobe.settings.server_url),
-            self.engine_name,
-            primary,
-        )
-        self.engine_name = primary
-        self.fallback_reason = None
-        self.reprobe = None
-        self.switches += 1
+        primary = self.choice.switch_back()
         self._stop_worker(now, reason=f"switching back to engine {primary!r}")
 
     # -- documents --------------------------------------------------------------------
@@ -649,23 +615,15 @@ class Supervisor:
         try:
             out = self.outcomes.complete(job, self.engine_info)
         except OSError as exc:
-            # Disk full, outbox unwritable, NAS gone: not the document's fault. Keep its
-            # pages, wait, retry. Nothing is marked done without its output.
-            w = self.cfg.worker
-            delay = min(
-                w.output_retry_seconds * 2 ** max(0, job.attempts - 1),
-                w.output_retry_max_seconds,
-            )
-            why = exc.strerror or str(exc)
-            where = self._folder_of(exc)
-            msg = f"waiting: cannot write {where} ({why}); retry in {delay:.0f} s"
-            log.warning("job %s: %s", job.id, msg)
+            # Disk full, outbox unwritable, NAS gone: not the document's fault.
+            wait = output_wait(self.cfg, job.attempts, exc)
+            log.warning("job %s: %s", job.id, wait.message)
             self.store.requeue(
                 job.id,
                 self.wall(),
-                not_before=self.wall() + delay,
+                not_before=self.wall() + wait.delay,
                 error_kind=FailureKind.OUTPUT.value,
-                error=msg,
+                error=wait.message,
             )
             self.store.bump("output_errors_total")
         else:
@@ -683,15 +641,6 @@ class Supervisor:
             )
         self.current = None
         self.phase = Phase.IDLE
-
-    def _folder_of(self, exc: OSError) -> str:
-        """Which configured folder an OSError is about, in the user's words."""
-        cfg = self.cfg
-        named = [("outbox", cfg.outbox), ("archive", cfg.archive), ("failed", cfg.failed)]
-        # Moving or deleting the original out of its inbox: under systemd, an inbox
-        # missing from ReadWritePaths= is read-only (see check-config --systemd).
-        named += [("inbox", inbox.path) for inbox in cfg.inboxes]
-        return folder_in_error(exc, named, default=("outbox", cfg.outbox))
 
     def _fail_current(self, kind: str, message: str) -> None:
         cur = self.current
