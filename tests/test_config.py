@@ -800,9 +800,9 @@ def test_shipped_config_lists_every_declared_key() -> None:
     data = yaml.safe_load(text)
     missing = []
     for path, _ in _declared_keys(Config):
-        if path.startswith("inboxes[]."):
-            # Per-inbox keys are documented in the comment above `inboxes:`.
-            if f"#   {path.removeprefix('inboxes[].')}:" not in text:
+        if "[]." in path:
+            # Per-item keys (inboxes, hooks) are documented in the comment above the list.
+            if f"#   {path.split('[].', 1)[1]}:" not in text:
                 missing.append(path)
             continue
         node: object = data

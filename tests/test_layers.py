@@ -116,6 +116,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.output.formats.meta": (100, "daemon"),
     "daemon.output.outbox": (100, "daemon"),
     "daemon.output.publish": (100, "daemon"),
+    "daemon.output.events": (100, "daemon"),
     # Surfaces: what the daemon is doing, read from everything below.
     "daemon.service.status": (110, "daemon"),
     "daemon.service.health": (120, "daemon"),
@@ -123,6 +124,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.service.charts": (130, "daemon"),
     "daemon.service.web": (130, "daemon"),
     "daemon.service.httpserver": (140, "daemon"),
+    "daemon.service.hooks": (140, "daemon"),
     # Entry points. app and parse run the daemon's own pipeline in the daemon process;
     # the CLI and `docinbox model` also load models on purpose, in their own process.
     "daemon.service.app": (150, "daemon"),

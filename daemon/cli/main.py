@@ -1,4 +1,4 @@
-"""Command line: `docinbox run|parse|status|list|retry|reprocess|check-config|model`.
+"""Command line: `docinbox run|parse|status|list|retry|reprocess|check-config|model|hooks`.
 
 Exit codes (daemon.common.errors.ExitCode): 0 ok; 1 a document failed (`parse`); 2 usage;
 3 no such job; 4 engine unavailable and no fallback; 5 already running; 78 bad config;
@@ -225,6 +225,8 @@ def render_status(st: Status) -> str:
             f"totals:  {int(k.get('pages_total', 0))} pages processed, "
             f"{int(k.get('duplicates_total', 0))} duplicates skipped"
         )
+    if q is not None and q.deliveries is not None:
+        out.extend(hook_lines(st))
     out.append(
         "disk:    "
         + ", ".join(
@@ -254,6 +256,32 @@ def render_status(st: Status) -> str:
                 name = safe_display(Path(f.path).name)
                 out.append(f"  job {f.job_id} {name}: {f.kind}: {f.error}")
     return "\n".join(out)
+
+
+def hook_lines(st: Status) -> list[str]:
+    """Hooks in `docinbox status`: what waits, what was given up, why a receiver fails."""
+    assert st.queue is not None and st.queue.deliveries is not None
+    d = st.queue.deliveries
+    oldest = st.hooks_oldest_pending_age
+    lines = [
+        f"hooks:   {d.pending} waiting"
+        + (f" (oldest {age(oldest)})" if oldest is not None else "")
+        + f", {d.dead} given up, {d.delivered} delivered, {d.failed_attempts} failed attempts"
+    ]
+    for r in d.receivers:
+        line = f"  {r.name}: {r.pending} waiting, {r.dead} given up"
+        if r.disabled:
+            line += f"; DISABLED ({r.disabled}) until reload or restart"
+        if not r.configured:
+            line += "; no longer configured"
+        if r.last_error:
+            line += f"; last error: {r.last_error}"
+        lines.append(line)
+    if d.dead:
+        lines.append(
+            "  `docinbox hooks` lists them; `docinbox hooks retry --dead` sends them again"
+        )
+    return lines
 
 
 def inbox_lines(ib: InboxFacts, now: float | None = None) -> list[str]:
@@ -370,6 +398,83 @@ def _requeue(store: Store, ids: list[int | None], want: JobState, fn: Any, verb:
             continue
         fn(job.id, time.time())
         print(f"job {job.id} queued again ({Path(job.source_path).name})")
+    return code
+
+
+def cmd_hooks(args: argparse.Namespace) -> int:
+    """`docinbox hooks [list|retry|test]`."""
+    action = args.hooks_cmd or "list"
+    cfg = load_or_exit(args.config, check=False)
+    if action == "test":
+        return _hooks_test(cfg, getattr(args, "name", None))
+    if action == "retry":
+        store = Store(cfg.db_path)
+        try:
+            if args.dead:
+                n = store.requeue_deliveries(time.time())
+                if not n:
+                    print("docinbox: no given-up deliveries to retry", file=sys.stderr)
+                    return ExitCode.NOT_FOUND
+                print(f"{n} delivery(ies) queued again")
+                return ExitCode.OK
+            found = store.event(str(args.id))
+            if found is None:
+                print(f"docinbox: no event {args.id}", file=sys.stderr)
+                return ExitCode.NOT_FOUND
+            n = store.requeue_deliveries(time.time(), found[0])
+            if not n:
+                print(f"docinbox: event {found[1]} was delivered to every hook already",
+                      file=sys.stderr)
+                return ExitCode.NOT_FOUND
+            print(f"event {found[1]}: {n} delivery(ies) queued again")
+            return ExitCode.OK
+        finally:
+            store.close()
+    store = _open_store(cfg)
+    try:
+        rows = store.deliveries(("pending", "dead"), limit=args.limit)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([
+            {k: v for k, v in dataclasses.asdict(d).items() if k != "body"} for d in rows
+        ], indent=2))
+        return ExitCode.OK
+    if not rows:
+        print("no events waiting or given up")
+    for d in rows:
+        when = dt.datetime.fromtimestamp(d.created_at).strftime("%Y-%m-%d %H:%M:%S")
+        line = (f"{d.seq:>6}  {d.state:<7} {when}  {d.receiver}  {d.type} job {d.job_id}  "
+                f"{d.event_id}  {d.attempts} attempt(s)")
+        if d.state == "pending" and d.attempts:
+            line += f", next in {age(max(0.0, d.next_at - time.time()))}"
+        if d.last_error:
+            line += f"  last error: {d.last_error}"
+        print(line)
+    return ExitCode.OK
+
+
+def _hooks_test(cfg: Config, only: str | None) -> int:
+    """Send a test event to each hook (or the one named) now, and say what came back."""
+    from daemon.output.events import new_event_id, probe_event
+    from daemon.service.hooks import senders_for
+
+    senders = [s for s in senders_for(cfg) if only is None or s.name == only]
+    if not senders:
+        print("docinbox: no such hook configured" if only else
+              "docinbox: no hooks configured (hooks.webhooks, hooks.commands)", file=sys.stderr)
+        return ExitCode.NOT_FOUND
+    code = ExitCode.OK
+    for sender in senders:
+        event_id = new_event_id()
+        body = json.dumps(probe_event(time.time(), event_id), separators=(",", ":"))
+        try:
+            attempt = sender.send(event_id, body)
+        finally:
+            sender.close()
+        print(f"{sender.name}: {'ok' if attempt.ok else 'FAILED'}: {attempt.message}")
+        if not attempt.ok:
+            code = ExitCode.FAILED_DOCUMENTS
     return code
 
 
@@ -535,6 +640,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the ReadWritePaths= drop-in the systemd unit needs for these folders",
     )
     s.set_defaults(fn=cmd_check_config)
+
+    s = sub.add_parser(
+        "hooks", parents=[common], help="events for webhooks and commands: list, retry, test"
+    )
+    s.add_argument("--limit", type=int, default=100)
+    s.add_argument("--json", action="store_true")
+    hsub = s.add_subparsers(dest="hooks_cmd")
+    h = hsub.add_parser("list", parents=[common], help="events waiting or given up (default)")
+    h.add_argument("--limit", type=int, default=100)
+    h.add_argument("--json", action="store_true")
+    h = hsub.add_parser("retry", parents=[common], help="send event(s) again")
+    g = h.add_mutually_exclusive_group(required=True)
+    g.add_argument("id", nargs="?", help="the event's number or id, as `docinbox hooks` lists it")
+    g.add_argument("--dead", action="store_true", help="every given-up delivery")
+    h = hsub.add_parser("test", parents=[common], help="send a test event to each hook now")
+    h.add_argument("name", nargs="?", help="only this hook")
+    s.set_defaults(fn=cmd_hooks)
 
     s = sub.add_parser("model", parents=[common], help="MinerU2.5 weights: pull or info")
     msub = s.add_subparsers(dest="model_cmd", required=True)

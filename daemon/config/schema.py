@@ -81,6 +81,7 @@ def setting(
     differs_from: tuple[str, str] | None = None,
     shown_default: str | None = None,
     show: Callable[[object], object] | None = None,
+    items: type | None = None,
 ) -> T:
     """A key with a `default` (or a `default_factory` for a mutable one). `parse` checks
     a value; `choices` is shorthand for a word out of a fixed set (pass `typing.get_args`
@@ -100,6 +101,7 @@ def setting(
         differs_from=differs_from,
         shown_default=shown_default,
         show=show,
+        items=items,
     )
     # Secrets stay out of reprs (and so out of logged dataclasses).
     if default_factory is not _NOT_GIVEN:

@@ -23,6 +23,8 @@ Loading rules:
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import difflib
 import os
@@ -670,6 +672,281 @@ def _p_inboxes(ctx: Ctx, key: str, value: object) -> object:
     return tuple(inboxes)
 
 
+# -- hooks: after each document, tell the next tool -------------------------------------
+
+EventType = Literal[
+    "document.done", "document.failed", "document.duplicate", "document.reprocessed"
+]
+EVENT_TYPES: Final[tuple[str, ...]] = get_args(EventType)
+_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")
+
+
+def _p_events(ctx: Ctx, key: str, value: object) -> object:
+    items = p_text_list(allow_empty=False)(ctx, key, value)
+    if items is INVALID:
+        return INVALID
+    assert isinstance(items, tuple)
+    ok = True
+    for i, item in enumerate(items):
+        if item not in EVENT_TYPES:
+            close = difflib.get_close_matches(item, EVENT_TYPES, 1)
+            ctx.problem(
+                f"{key}[{i}]",
+                f"{echo(item)} is not an event docinbox sends",
+                f"did you mean {close[0]!r}?" if close else "one of " + ", ".join(EVENT_TYPES),
+            )
+            ok = False
+    return tuple(dict.fromkeys(items)) if ok else INVALID
+
+
+def _p_hook_name(ctx: Ctx, key: str, value: object) -> object:
+    text = p_text(ctx, key, value)
+    if text is INVALID:
+        return INVALID
+    if not _NAME_RE.match(str(text)):
+        ctx.problem(key, f"{echo(text)} is not a usable name",
+                    "letters, digits and . _ : - (up to 64), e.g. paperless")
+        return INVALID
+    return text
+
+
+def _p_webhook_url(ctx: Ctx, key: str, value: object) -> object:
+    text = p_text(ctx, key, value)
+    if text is INVALID:
+        return INVALID
+    parts = urlsplit(str(text))
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        ctx.problem(key, "is not an http:// or https:// URL",
+                    "e.g. https://n8n.example.org/webhook/docinbox")
+        return INVALID
+    return text
+
+
+def _p_headers(ctx: Ctx, key: str, value: object) -> object:
+    if not isinstance(value, dict):
+        ctx.problem(key, f"expected a mapping of header names to values, got {type_name(value)}")
+        return INVALID
+    ok = True
+    out: dict[str, str] = {}
+    for name, v in value.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+", name):
+            ctx.problem(f"{key}", f"{echo(name)} is not a header name")
+            ok = False
+        elif not isinstance(v, str | int) or isinstance(v, bool) or "\n" in str(v):
+            # Never echo the value: headers carry tokens.
+            ctx.problem(f"{key}.{name}", "expected a one-line string value", "quote it")
+            ok = False
+        elif name.lower().startswith("webhook-") or name.lower() == "content-type":
+            ctx.problem(f"{key}.{name}", "is set by docinbox itself (signing, JSON body)",
+                        "remove it")
+            ok = False
+        else:
+            out[name] = str(v)
+    return out if ok else INVALID
+
+
+def _mask_values(headers: object) -> object:
+    # Headers are where receivers take their credentials (Authorization, X-Api-Key).
+    if not isinstance(headers, dict):
+        return headers
+    return {k: "***" for k in headers}
+
+
+def _p_argv(ctx: Ctx, key: str, value: object) -> object:
+    if isinstance(value, str):
+        ctx.problem(
+            key, "expected a list (the program and its arguments; no shell)",
+            f"write it as a list: [{value.split()[0]!r}, ...]" if value.split() else "",
+        )
+        return INVALID
+    return p_text_list(allow_empty=False)(ctx, key, value)
+
+
+@settings
+class WebhookConfig:
+    """`hooks.webhooks[]`: one HTTP receiver of signed events."""
+
+    url: str = required(
+        parse=_p_webhook_url,
+        required_hint="where to POST events, e.g. https://n8n.example.org/webhook/docinbox",
+        doc="where events are POSTed (JSON, signed per Standard Webhooks); a network "
+        "address needs `https://`",
+    )
+    name: str | None = setting(
+        default=None,
+        parse=_p_hook_name,
+        nullable=True,
+        shown_default="null (the URL's host)",
+        doc="how logs, `docinbox hooks` and `/metrics` call it; pending events follow it",
+    )
+    events: tuple[str, ...] = setting(
+        default=EVENT_TYPES,
+        parse=_p_events,
+        doc="which events it gets",
+    )
+    secret_file: Path | None = setting(
+        default=None,
+        parse=p_path,
+        nullable=True,
+        doc="file holding the signing secret (`whsec_` + base64, as Standard Webhooks "
+        "libraries take it); null: unsigned",
+    )
+    headers: dict[str, str] = setting(
+        default_factory=dict,
+        parse=_p_headers,
+        show=_mask_values,
+        doc="extra request headers, e.g. `Authorization` (values shown as `***`)",
+    )
+    timeout_seconds: float = setting(
+        default=10.0, parse=p_seconds(), doc="one delivery attempt, connecting included"
+    )
+    allow_http: bool = setting(
+        default=False,
+        parse=p_bool,
+        doc="allow plain `http://` to a non-loopback address (a trusted LAN only)",
+    )
+
+    @property
+    def receiver(self) -> str:
+        return self.name or (urlsplit(self.url).netloc.rpartition("@")[2] or "webhook")
+
+
+@settings
+class CommandHookConfig:
+    """`hooks.commands[]`: a program run once per event (argv, no shell)."""
+
+    command: tuple[str, ...] = required(
+        parse=_p_argv,
+        required_hint="the program and its arguments, e.g. [/usr/local/bin/to-paperless]",
+        doc="the program and its arguments (a list; no shell); the event JSON on stdin",
+    )
+    name: str | None = setting(
+        default=None,
+        parse=_p_hook_name,
+        nullable=True,
+        shown_default="null (the program's file name)",
+        doc="how logs, `docinbox hooks` and `/metrics` call it",
+    )
+    events: tuple[str, ...] = setting(
+        default=EVENT_TYPES, parse=_p_events, doc="which events run it"
+    )
+    timeout_seconds: float = setting(
+        default=60.0,
+        parse=p_seconds(),
+        doc="then its process group is killed and the delivery counts as failed",
+    )
+
+    @property
+    def receiver(self) -> str:
+        return self.name or (Path(self.command[0]).name if self.command else "command")
+
+
+def _p_hook_list(item: type[Any], example: str) -> Any:
+    def parse(ctx: Ctx, key: str, value: object) -> object:
+        if not isinstance(value, list):
+            ctx.problem(key, f"expected a list of mappings, got {type_name(value)}", example)
+            return INVALID
+        out = []
+        for i, raw in enumerate(value):
+            kwargs = read_fields(ctx, f"{key}[{i}]", raw, item)
+            if kwargs is not None:
+                out.append(item(**kwargs))
+        return tuple(out)
+
+    return parse
+
+
+def hook_secret(hook: WebhookConfig) -> bytes | None:
+    """The signing key of `hook` (read from its file), or None when it is unsigned.
+
+    The file holds what Standard Webhooks libraries take: `whsec_` + base64 (the prefix is
+    optional). Raises OSError (unreadable) or ValueError (not base64, too short).
+    """
+    if hook.secret_file is None:
+        return None
+    text = hook.secret_file.read_text(encoding="utf-8").strip()
+    text = text.removeprefix("whsec_")
+    try:
+        key = base64.b64decode(text + "==", validate=False)
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64 (write `whsec_` followed by base64)") from None
+    if len(key) < 24:
+        raise ValueError(
+            "the secret is shorter than 24 bytes; make one with: "
+            "echo whsec_$(openssl rand -base64 32)"
+        )
+    return key
+
+
+def _check_hooks(ctx: Ctx, key: str, hooks: HooksConfig) -> None:
+    """Names unique (pending events are kept per name), secrets readable now, plain http
+    only to loopback unless allowed."""
+    seen: dict[str, str] = {}
+    items: tuple[tuple[str, int, WebhookConfig | CommandHookConfig], ...] = (
+        *(("webhooks", i, h) for i, h in enumerate(hooks.webhooks)),
+        *(("commands", i, h) for i, h in enumerate(hooks.commands)),
+    )
+    for kind, i, hook in items:
+        where = f"{key}.{kind}[{i}]"
+        name = hook.receiver
+        if name in seen:
+            ctx.problem(f"{where}.name", f"{name!r} is also the name of {seen[name]}",
+                        "give each hook its own `name:`")
+        seen.setdefault(name, where)
+        if not isinstance(hook, WebhookConfig):
+            continue
+        host = urlsplit(hook.url).hostname or ""
+        if urlsplit(hook.url).scheme == "http" and not is_loopback(host) \
+                and not hook.allow_http:
+            ctx.problem(
+                f"{where}.url",
+                f"plain http:// to {host!r} sends document names (and a token, if any) "
+                "over the network unencrypted",
+                "use https://, or set allow_http: true for a trusted LAN",
+            )
+        try:
+            hook_secret(hook)
+        except OSError as exc:
+            ctx.problem(f"{where}.secret_file",
+                        f"cannot read {hook.secret_file}: {exc.strerror or exc}",
+                        "make it readable by the user docinbox runs as")
+        except ValueError as exc:
+            ctx.problem(f"{where}.secret_file", f"{hook.secret_file}: {exc}")
+
+
+@settings
+class HooksConfig:
+    """`hooks:` what is told, and to whom, after each document."""
+
+    webhooks: tuple[WebhookConfig, ...] = setting(
+        default=(),
+        parse=_p_hook_list(WebhookConfig, "webhooks: [{url: https://example.org/hook}]"),
+        items=WebhookConfig,
+        doc="HTTP receivers of signed events: a list of mappings with the keys below",
+    )
+    commands: tuple[CommandHookConfig, ...] = setting(
+        default=(),
+        parse=_p_hook_list(CommandHookConfig, "commands: [{command: [/usr/local/bin/x]}]"),
+        items=CommandHookConfig,
+        doc="programs run per event: a list of mappings with the keys below",
+    )
+    max_age_seconds: float = setting(
+        default=3 * 86400.0,
+        parse=p_seconds(),
+        doc="an event not delivered for this long is given up (dead, reported; "
+        "`docinbox hooks retry --dead`)",
+    )
+    retry_backoff_seconds: float = setting(
+        default=5.0, parse=p_seconds(), doc="first wait after a failed delivery; doubles each time"
+    )
+    retry_backoff_max_seconds: float = setting(
+        default=3600.0,
+        parse=p_seconds(),
+        at_least=("retry_backoff_seconds", "the cap cannot be below the first wait"),
+        doc="longest wait between attempts (a `Retry-After` may ask for longer)",
+    )
+
+
 @settings
 class Config:
     inboxes: tuple[InboxConfig, ...] = required(
@@ -727,6 +1004,10 @@ class Config:
         default_factory=HttpConfig, doc="the status endpoint", check=_check_http
     )
     output: OutputConfig = section(default_factory=OutputConfig, doc="what an outbox folder holds")
+    hooks: HooksConfig = section(
+        default_factory=HooksConfig, doc="webhooks and commands after each document",
+        check=_check_hooks,
+    )
     # Not a key: the file this was loaded from.
     source: Path | None = dataclasses.field(default=None)
 

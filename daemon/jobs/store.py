@@ -26,7 +26,7 @@ import contextlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +35,7 @@ from daemon.document.page import Crop
 from daemon.document.record import PageRecord, decode_blocks, encode_blocks
 from daemon.jobs.states import JobState, check_transition
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 BUSY_TIMEOUT_MS = 60_000
 
 
@@ -126,6 +126,70 @@ class IngestResult:
     job: Job
     duplicate: bool  # same content as a document already queued, running or done
     original: Job | None  # for duplicates: the job that owns the content
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A job's outcome, as the transaction recording it sees it: what an event about it
+    is built from (daemon.output.events). `event` is the event type."""
+
+    event: str  # document.done | document.reprocessed | document.failed | document.duplicate
+    job: Job  # as recorded by this transaction
+    original: Job | None = None  # a duplicate's: the job that owns the content
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to record with the outcome, in the same transaction, and who gets it."""
+
+    id: str  # unique; the receiver's deduplication key (webhook-id)
+    type: str
+    created_at: float  # wall clock
+    body: str  # the JSON receivers get, byte for byte (signed as is)
+    receivers: tuple[str, ...]  # hook names subscribed to this type
+
+
+# Builds the event of an outcome, or None when no hook wants it. Called INSIDE the write
+# transaction (the transactional outbox): it must not touch the store and must be quick.
+EventSource = Callable[[Outcome], "NewEvent | None"]
+
+DeliveryState = Literal["pending", "delivered", "dead"]
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One event for one receiver, and how its delivery stands."""
+
+    seq: int  # the event's place in the order events happened
+    event_id: str
+    type: str
+    job_id: int | None
+    created_at: float
+    body: str
+    receiver: str
+    state: DeliveryState
+    attempts: int
+    next_at: float
+    last_error: str | None
+    finished_at: float | None
+
+    @classmethod
+    def from_row(cls, r: sqlite3.Row) -> Delivery:
+        return cls(
+            seq=int(r["seq"]), event_id=r["id"], type=r["type"], job_id=r["job_id"],
+            created_at=float(r["created_at"]), body=r["body"], receiver=r["receiver"],
+            state=r["state"], attempts=int(r["attempts"]), next_at=float(r["next_at"]),
+            last_error=r["last_error"], finished_at=r["finished_at"],
+        )
+
+
+@dataclass(frozen=True)
+class ReceiverCounts:
+    receiver: str
+    pending: int
+    dead: int
+    oldest_pending_at: float | None
+    last_error: str | None  # of its oldest pending delivery (the one being retried)
 
 
 # Migrations: index i upgrades user_version i -> i+1, one statement at a time (a string
@@ -236,6 +300,38 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # nothing is rewritten; the bump keeps an older docinbox, which would misread the new
     # value, from opening the file.
     (),
+    # 4 -> 5: hooks (issue 18). An event is written in the transaction that records the
+    # outcome it tells of, with one delivery row per receiver (the transactional outbox);
+    # a delivery thread works the rows off. seq orders events as they happened.
+    (
+        """
+        CREATE TABLE events (
+            seq INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            type TEXT NOT NULL,
+            job_id INTEGER REFERENCES jobs(id),
+            created_at REAL NOT NULL,
+            body TEXT NOT NULL
+        )
+        """,
+        """
+        CREATE TABLE deliveries (
+            event_seq INTEGER NOT NULL REFERENCES events(seq),
+            receiver TEXT NOT NULL,
+            state TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_at REAL NOT NULL,
+            last_error TEXT,
+            finished_at REAL,
+            PRIMARY KEY (receiver, event_seq)
+        )
+        """,
+        # A receiver's next pending event, and the pending/dead counts, without reading
+        # the delivered rows, which only ever grow.
+        """
+        CREATE INDEX deliveries_state ON deliveries(state, receiver, event_seq)
+        """,
+    ),
 ]
 
 # What the code needs, checked after migrating: a database file from elsewhere (another
@@ -255,6 +351,9 @@ EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
     "page_crops": frozenset({"job_id", "page_idx", "name", "jpeg", "width", "height"}),
     "counters": frozenset({"name", "value"}),
     "runtime": frozenset({"key", "value"}),
+    "events": frozenset({"seq", "id", "type", "job_id", "created_at", "body"}),
+    "deliveries": frozenset({"event_seq", "receiver", "state", "attempts", "next_at",
+                             "last_error", "finished_at"}),
 }
 
 
@@ -289,6 +388,8 @@ class Store:
             with contextlib.suppress(OSError):
                 os.chmod(path, 0o600)
         self.conn = connect(path, readonly=readonly)
+        # Set by the daemon when hooks are configured: outcomes then carry their event.
+        self.event_source: EventSource | None = None
         if not readonly:
             self._migrate()
 
@@ -490,6 +591,8 @@ class Store:
             self._bump(c, "duplicates_total" if duplicate else "documents_queued_total")
             job = self._job(c, job_id)
             assert job is not None
+            if duplicate:
+                self._record_event(c, Outcome("document.duplicate", job, original))
             return IngestResult(job=job, duplicate=duplicate, original=original)
 
     def forget_source(self, path: str) -> None:
@@ -595,9 +698,152 @@ class Store:
     def _settle(self, job_id: int, now: float, end: JobState, counter: str, **fields: Any) -> Job:
         """A job reaches `done` or `failed`, and that outcome's counter moves with it."""
         with self.tx() as c:
+            before = self._job(c, job_id)
             job = self._set_state(c, job_id, end, finished_at=now, not_before=0, **fields)
             self._bump(c, counter)
+            if end == JobState.FAILED:
+                event = "document.failed"
+            elif before is not None and before.output_dir is not None:
+                event = "document.reprocessed"  # it had been done before: `reprocess`
+            else:
+                event = "document.done"
+            self._record_event(c, Outcome(event, job))
             return job
+
+    # -- events and their deliveries (hooks) ------------------------------------------
+
+    def _record_event(self, c: sqlite3.Connection, outcome: Outcome) -> None:
+        """The outcome's event, in the caller's transaction: recorded with it or not at all."""
+        if self.event_source is None:
+            return
+        ev = self.event_source(outcome)
+        if ev is None or not ev.receivers:
+            return
+        seq = c.execute(
+            "INSERT INTO events(id, type, job_id, created_at, body) VALUES(?, ?, ?, ?, ?)",
+            (ev.id, ev.type, outcome.job.id, ev.created_at, ev.body),
+        ).lastrowid
+        c.executemany(
+            "INSERT INTO deliveries(event_seq, receiver, state, next_at) VALUES(?, ?, ?, ?)",
+            [(seq, r, "pending", ev.created_at) for r in ev.receivers],
+        )
+
+    _DELIVERY_SELECT = (
+        "SELECT events.*, d.receiver, d.state, d.attempts, d.next_at, d.last_error, "
+        "d.finished_at FROM deliveries d JOIN events ON events.seq = d.event_seq"
+    )
+
+    def next_delivery(self, receiver: str) -> Delivery | None:
+        """The receiver's oldest pending delivery: per receiver, events go in order."""
+        row = self.conn.execute(
+            self._DELIVERY_SELECT + " WHERE d.state = 'pending' AND d.receiver = ? "
+            "ORDER BY d.event_seq LIMIT 1",
+            (receiver,),
+        ).fetchone()
+        return Delivery.from_row(row) if row else None
+
+    def delivery_succeeded(self, d: Delivery, now: float) -> None:
+        with self.tx() as c:
+            c.execute(
+                "UPDATE deliveries SET state = 'delivered', attempts = attempts + 1, "
+                "finished_at = ?, last_error = NULL WHERE receiver = ? AND event_seq = ?",
+                (now, d.receiver, d.seq),
+            )
+            self._bump(c, "hook_deliveries_total")
+
+    def delivery_failed(self, d: Delivery, now: float, error: str, next_at: float | None) -> None:
+        """A failed attempt: tried again at `next_at`, or (None) given up: dead."""
+        with self.tx() as c:
+            c.execute(
+                "UPDATE deliveries SET attempts = attempts + 1, last_error = ?, next_at = ?, "
+                "state = ?, finished_at = ? WHERE receiver = ? AND event_seq = ?",
+                (error, next_at if next_at is not None else now,
+                 "pending" if next_at is not None else "dead",
+                 None if next_at is not None else now, d.receiver, d.seq),
+            )
+            self._bump(c, "hook_attempts_failed_total")
+            if next_at is None:
+                self._bump(c, "hook_deliveries_dead_total")
+
+    def delivery_expired(self, d: Delivery, now: float, error: str) -> None:
+        """Given up without another attempt (too old, or its receiver is gone)."""
+        with self.tx() as c:
+            c.execute(
+                "UPDATE deliveries SET state = 'dead', last_error = ?, finished_at = ? "
+                "WHERE receiver = ? AND event_seq = ? AND state = 'pending'",
+                (error, now, d.receiver, d.seq),
+            )
+            self._bump(c, "hook_deliveries_dead_total")
+
+    def expire_deliveries_of_others(self, receivers: Sequence[str], now: float) -> int:
+        """Pending deliveries to receivers no longer configured become dead (reported,
+        and re-queued by `docinbox hooks retry --dead` once the receiver is back)."""
+        marks = ",".join("?" * len(receivers))
+        where = "state = 'pending'" + (f" AND receiver NOT IN ({marks})" if receivers else "")
+        with self.tx() as c:
+            n = c.execute(
+                "UPDATE deliveries SET state = 'dead', finished_at = ?, last_error = "
+                "'its receiver is no longer in the configuration' WHERE " + where,
+                (now, *receivers),
+            ).rowcount
+            if n:
+                self._bump(c, "hook_deliveries_dead_total", n)
+            return int(n)
+
+    def deliveries(
+        self, states: Sequence[DeliveryState] = ("pending", "dead"), limit: int = 1000
+    ) -> list[Delivery]:
+        """Deliveries in `states`, oldest event first."""
+        marks = ",".join("?" * len(states))
+        rows = self.conn.execute(
+            self._DELIVERY_SELECT + f" WHERE d.state IN ({marks}) "
+            "ORDER BY d.event_seq, d.receiver LIMIT ?",
+            (*states, limit),
+        ).fetchall()
+        return [Delivery.from_row(r) for r in rows]
+
+    def event(self, key: str) -> tuple[int, str] | None:
+        """(seq, id) of the event with this id or sequence number."""
+        row = self.conn.execute(
+            "SELECT seq, id FROM events WHERE id = ? OR (? GLOB '[0-9]*' AND seq = ?)",
+            (key, key, int(key) if key.isdigit() else -1),
+        ).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def requeue_deliveries(self, now: float, seq: int | None = None) -> int:
+        """`docinbox hooks retry`: an event's dead or waiting deliveries (or, seq None,
+        every dead one) are due again now, with a fresh age."""
+        with self.tx() as c:
+            args: tuple[int, ...] = ()
+            if seq is None:
+                sql = "state = 'dead'"
+            else:
+                sql, args = "state IN ('dead', 'pending') AND event_seq = ?", (seq,)
+            return int(c.execute(
+                "UPDATE deliveries SET state = 'pending', next_at = ?, attempts = 0, "
+                "finished_at = NULL WHERE " + sql, (now, *args),
+            ).rowcount)
+
+    def receiver_counts(self) -> list[ReceiverCounts]:
+        """Pending and dead deliveries per receiver (the index answers it; delivered
+        rows are counted by the `hook_deliveries_total` counter)."""
+        rows = self.conn.execute(
+            "SELECT d.receiver, d.state, COUNT(*), MIN(e.created_at) FROM deliveries d "
+            "JOIN events e ON e.seq = d.event_seq WHERE d.state IN ('pending', 'dead') "
+            "GROUP BY d.receiver, d.state"
+        ).fetchall()
+        by: dict[str, dict[str, Any]] = {}
+        for receiver, state, n, oldest in rows:
+            r = by.setdefault(receiver, {"pending": 0, "dead": 0, "oldest": None})
+            r[state] = int(n)
+            if state == "pending":
+                r["oldest"] = float(oldest)
+        out = []
+        for receiver, r in sorted(by.items()):
+            head = self.next_delivery(receiver) if r["pending"] else None
+            out.append(ReceiverCounts(receiver, r["pending"], r["dead"], r["oldest"],
+                                      head.last_error if head else None))
+        return out
 
     def requeue(
         self,

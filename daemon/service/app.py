@@ -38,6 +38,7 @@ from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.output import outbox
 from daemon.output.publish import Publisher
+from daemon.service.hooks import HookService
 from daemon.service.httpserver import HttpServer, start_http_server
 from daemon.service.notify import Notifier
 from daemon.service.reminder import Reminder
@@ -118,6 +119,7 @@ class Daemon:
         self.ingestor: Ingestor | None = None
         self.publisher: Publisher | None = None
         self.http: HttpServer | None = None
+        self.hooks: HookService | None = None
         # In-process facts for the HTTP thread. A frozen value rebound once per tick, so
         # the HTTP thread always reads a complete one without a lock.
         self.live: Live | None = None
@@ -149,6 +151,11 @@ class Daemon:
                 len(recovered),
                 ", ".join(map(str, recovered)),
             )
+        # Hooks: every outcome recorded from now on carries its event (same transaction);
+        # what an earlier run left pending is delivered by the lanes started here.
+        self.hooks = HookService(self.cfg, wall=self.wall)
+        self.store.event_source = self.hooks.event_for
+        self.hooks.start(self.store)
         removed = outbox.cleanup_orphans(self.cfg.outbox)
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
@@ -192,11 +199,15 @@ class Daemon:
     def close(self) -> None:
         if self.http is not None:
             self.http.stop()
+        if self.hooks is not None:
+            # Deliveries in flight are abandoned and stay pending for the next start.
+            self.hooks.stop()
         if self.watcher is not None:
             self.watcher.stop()
         if self.store is not None:
             with contextlib.suppress(sqlite3.Error, StoreBusy):
-                self.store.set_runtime({"pid": None, "phase": "stopped", "stopped_at": self.wall()})
+                self.store.set_runtime({"pid": None, "phase": "stopped", "stopped_at": self.wall(),
+                                        "hooks_disabled": {}})
             self.store.close()
         self.lock.release()
         self.notifier.close()
@@ -239,6 +250,8 @@ class Daemon:
             if not self.retries:  # each file turned away was recorded after all
                 self.state_disk.resolved(now, "the state disk has space again; new files "
                                          "are recorded")
+        if self.hooks is not None:
+            self.hooks.wake_if_new()
         self._report(now)
 
     def _watch_folders(self, now: float) -> None:
@@ -325,7 +338,10 @@ class Daemon:
             return
         self.next_runtime = now + RUNTIME_EVERY
         try:
-            self.store.set_runtime(live.to_runtime())
+            self.store.set_runtime({
+                **live.to_runtime(),
+                "hooks_disabled": self.hooks.disabled() if self.hooks else {},
+            })
         except (StoreBusy, sqlite3.OperationalError) as exc:
             self.status_unrecorded.problem(now, f"could not record status ({exc})")
         else:
@@ -416,6 +432,8 @@ class Daemon:
         # passwords, limits and engine settings live in the worker: it is recycled at the
         # next document boundary to pick them up
         self.supervisor.update_config(new)
+        if self.hooks is not None and self.store is not None:
+            self.hooks.reload(new, self.store)
         self.watcher.replace_inboxes(new.inboxes)
         self._watch_folders(now)
         self.retries.keep_inboxes(new.inboxes)

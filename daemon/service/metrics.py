@@ -73,6 +73,18 @@ COUNTERS: dict[str, tuple[str, str]] = {
         "docinbox_jobs_recovered",
         "Jobs found running at start (daemon killed) and queued again.",
     ),
+    "hook_deliveries_total": (
+        "docinbox_hook_deliveries",
+        "Events delivered to a hook (webhook or command), all receivers.",
+    ),
+    "hook_attempts_failed_total": (
+        "docinbox_hook_attempts_failed",
+        "Delivery attempts that failed (each is retried with backoff until max age).",
+    ),
+    "hook_deliveries_dead_total": (
+        "docinbox_hook_deliveries_dead",
+        "Deliveries given up (too old, or their receiver was removed or is gone).",
+    ),
 }
 
 
@@ -181,6 +193,30 @@ def metric_families(st: Status, h: Health) -> Iterable[Metric]:
         value=st.queue_age_seconds or 0.0,
     )
     yield _recent_histogram(q.recent_page_seconds)
+    yield from _hook_metrics(st)
+
+
+def _hook_metrics(st: Status) -> Iterable[Metric]:
+    d = st.queue.deliveries if st.queue else None
+    receivers = d.receivers if d else ()
+    pending = GaugeMetricFamily(
+        "docinbox_hook_pending", "Events waiting to be delivered, per hook.", labels=["hook"]
+    )
+    dead = GaugeMetricFamily(
+        "docinbox_hook_dead",
+        "Events given up and not re-queued, per hook (`docinbox hooks retry --dead`).",
+        labels=["hook"],
+    )
+    for r in receivers:
+        pending.add_metric([r.name], float(r.pending))
+        dead.add_metric([r.name], float(r.dead))
+    yield pending
+    yield dead
+    yield GaugeMetricFamily(
+        "docinbox_hook_oldest_pending_age_seconds",
+        "Age of the oldest event not yet delivered (0 when none waits).",
+        value=st.hooks_oldest_pending_age or 0.0,
+    )
 
 
 def _health_metrics(st: Status, h: Health) -> Iterable[Metric]:

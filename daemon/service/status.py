@@ -19,6 +19,7 @@ Disk usage and the oldest queued job's age are computed here once per collection
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import sqlite3
@@ -144,6 +145,86 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class HookReceiver:
+    """One configured hook (or one events still wait for) and how its deliveries stand."""
+
+    name: str
+    pending: int
+    dead: int
+    oldest_pending_at: float | None
+    last_error: str | None  # of the delivery being retried
+    disabled: str | None = None  # why it stopped sending (410 Gone), until reload/restart
+    configured: bool = True
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "pending": self.pending,
+            "dead": self.dead,
+            "oldest_pending_at": self.oldest_pending_at,
+            "last_error": self.last_error,
+            "disabled": self.disabled,
+            "configured": self.configured,
+        }
+
+
+@dataclass(frozen=True)
+class Deliveries:
+    """Hooks: events waiting, given up, delivered."""
+
+    receivers: tuple[HookReceiver, ...]
+    delivered: int  # lifetime, from the counters
+    failed_attempts: int  # lifetime, from the counters
+
+    @property
+    def pending(self) -> int:
+        return sum(r.pending for r in self.receivers)
+
+    @property
+    def dead(self) -> int:
+        return sum(r.dead for r in self.receivers)
+
+    @property
+    def oldest_pending_at(self) -> float | None:
+        times = [r.oldest_pending_at for r in self.receivers if r.oldest_pending_at is not None]
+        return min(times) if times else None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pending": self.pending,
+            "dead": self.dead,
+            "delivered": self.delivered,
+            "failed_attempts": self.failed_attempts,
+            "oldest_pending_at": self.oldest_pending_at,
+            "receivers": [r.to_json() for r in self.receivers],
+        }
+
+
+def read_deliveries(
+    store: Store, configured: tuple[str, ...], disabled: Mapping[str, object]
+) -> Deliveries:
+    counts = {c.receiver: c for c in store.receiver_counts()}
+    names = list(configured) + sorted(n for n in counts if n not in configured)
+    counters = store.counters()
+    return Deliveries(
+        receivers=tuple(
+            HookReceiver(
+                name=n,
+                pending=counts[n].pending if n in counts else 0,
+                dead=counts[n].dead if n in counts else 0,
+                oldest_pending_at=counts[n].oldest_pending_at if n in counts else None,
+                last_error=counts[n].last_error if n in counts else None,
+                disabled=str(disabled[n]) if n in disabled else None,
+                configured=n in configured,
+            )
+            for n in names
+        ),
+        delivered=int(counters.get("hook_deliveries_total", 0)),
+        failed_attempts=int(counters.get("hook_attempts_failed_total", 0)),
+    )
+
+
+@dataclass(frozen=True)
 class DiskFree:
     name: str  # the config key: outbox | state_dir
     folder: str
@@ -165,6 +246,7 @@ class Queue:
     next_queued: tuple[QueuedDoc, ...]  # oldest first, up to NEXT_QUEUED
     recent_done: tuple[DoneDoc, ...]  # newest first, up to RECENT_DONE
     pages_per_hour: tuple[int, ...]  # the last 24 hours, oldest first
+    deliveries: Deliveries | None = None  # hooks: None when none is configured or waiting
 
     @property
     def last_page_seconds(self) -> tuple[float, ...]:
@@ -324,7 +406,15 @@ class Status:
             "recent_documents": [d.to_json() for d in q.recent_done] if q else [],
             "pages_per_hour": list(q.pages_per_hour) if q else [],
             "recent_page_seconds": list(q.last_page_seconds) if q else [],
+            "hooks": q.deliveries.to_json() if q and q.deliveries else None,
         }
+
+    @property
+    def hooks_oldest_pending_age(self) -> float | None:
+        d = self.queue.deliveries if self.queue else None
+        if d is None or d.oldest_pending_at is None:
+            return None
+        return max(0.0, self.now - d.oldest_pending_at)
 
 
 # -- collecting -----------------------------------------------------------------------
@@ -415,6 +505,15 @@ def collect(
             rt = store.runtime()
             recorded_live = Live.from_runtime(rt) if rt else None
             queue = read_queue(store, now)
+            configured = tuple(h.receiver for h in cfg.hooks.webhooks) + tuple(
+                h.receiver for h in cfg.hooks.commands
+            )
+            disabled = rt.get("hooks_disabled")
+            deliveries = read_deliveries(
+                store, configured, disabled if isinstance(disabled, dict) else {}
+            )
+            if deliveries.receivers:
+                queue = dataclasses.replace(queue, deliveries=deliveries)
         except (sqlite3.Error, StoreBusy, ValueError) as exc:
             queue = None
             store_error = f"cannot read {cfg.db_path}: {exc}"
