@@ -22,9 +22,11 @@ import pytest
 import yaml
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from daemon.cli.main import render_status
 from daemon.common.errors import hint_for
 from daemon.config.settings import Config, ConfigError, load_config, redacted_dict
 from daemon.jobs.store import Job, Outcome, Store
+from daemon.service.health import assess
 from daemon.service.hooks import (
     CommandSender,
     HookService,
@@ -33,6 +35,9 @@ from daemon.service.hooks import (
     backoff,
     retry_after_seconds,
 )
+from daemon.service.metrics import render
+from daemon.service.status import collect
+from daemon.service.web import status_page
 from tests.conftest import wait_for, write_config
 from tests.hookreceiver import Receiver
 
@@ -298,6 +303,8 @@ def test_an_event_older_than_max_age_is_dead_then_retry_queues_it_again(
     (dead,) = store.deliveries(("dead",))
     assert dead.last_error is not None and "not delivered within 1000 s" in dead.last_error
     assert "refused" in dead.last_error
+    # tried until the max age, then given up after that last try
+    assert 1000 <= clock() - dead.created_at < 1000 + 80
     assert store.counters()["hook_deliveries_dead_total"] == 1
     assert store.requeue_deliveries(clock()) == 1
     assert store.deliveries(("pending",))[0].event_id == dead.event_id
@@ -455,3 +462,29 @@ def test_check_config_show_masks_header_values_and_never_reads_out_the_secret(
     shown = yaml.safe_dump(redacted_dict(cfg))
     assert "s3" not in shown and "Authorization: '***'" in shown
     assert SECRET.removeprefix("whsec_") not in shown and SECRET not in repr(cfg)
+
+
+# -- what a person sees ------------------------------------------------------------------------
+
+
+def test_status_metrics_and_the_page_show_what_waits_and_why(tmp_path: Path) -> None:
+    cfg = webhook_config(tmp_path, Receiver().url)  # nobody listens
+    clock = Clock()
+    store = open_store(cfg, HookService(cfg, wall=clock))
+    finish(store, cfg, "a.pdf", clock())
+    finish(store, cfg, "b.pdf", clock())
+    lane_for(cfg, store, clock).step(clock())
+    st = collect(cfg, now=clock.tick(30), store=store)
+    assert st.queue is not None and st.queue.deliveries is not None
+    assert st.queue.deliveries.pending == 2 and st.hooks_oldest_pending_age == 30
+    text = render_status(st)
+    assert "hooks:   2 waiting" in text and "1 failed attempts" in text
+    assert "rx: 2 waiting, 0 given up; last error: connection refused" in text
+    metrics = render(st, assess(st)).decode()
+    assert 'docinbox_hook_pending{hook="rx"} 2.0' in metrics
+    assert "docinbox_hook_oldest_pending_age_seconds 30.0" in metrics
+    assert "docinbox_hook_attempts_failed_total 1.0" in metrics
+    page = status_page(st, assess(st))
+    assert 'id="hooks"' in page and "connection refused" in page
+    assert st.to_json()["hooks"]["pending"] == 2  # type: ignore[index]
+    store.close()

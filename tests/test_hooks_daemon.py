@@ -90,6 +90,56 @@ def test_a_finished_document_is_posted_signed_and_a_duplicate_too(
     assert dup["data"]["duplicate_of"] == data["job_id"]
     assert cli(d, "hooks").stdout.strip() == "no events waiting or given up"
     assert d.stop() == 0
+    # the shell script docs/hooks.md gives receivers agrees with the library
+    script = tmp_path / "verify-webhook.sh"
+    script.write_text(docs_script())
+    got = receiver.received()[0]
+    args = ["sh", str(script), str(tmp_path / "hook.secret"), got.headers["webhook-id"],
+            got.headers["webhook-timestamp"], got.headers["webhook-signature"]]
+    assert subprocess.run(args, input=got.body, check=False).returncode == 0
+    forged = got.body.replace(b"invoice", b"invoicf")
+    assert subprocess.run(args, input=forged, capture_output=True, check=False).returncode == 1
+
+
+def docs_script() -> str:
+    text = (REPO / "docs" / "hooks.md").read_text()
+    block = text.split("<!-- verify-webhook.sh", 1)[1].split("```sh\n", 1)[1]
+    return block.split("```", 1)[0]
+
+
+def test_sighup_adds_a_hook_and_the_cli_lists_retries_and_tests_it(
+    tmp_path: Path, daemon_factory: DaemonFactory, receiver: Receiver
+) -> None:
+    d = daemon_factory().start()
+    drop(tmp_path, "before.pdf", "Before the hook")
+    d.wait_settled(1)
+    # a hook whose events are given up at once while its receiver is down
+    hooks = webhook(tmp_path, receiver)
+    hooks["max_age_seconds"] = 0.5
+    d2 = daemon_factory(hooks=hooks)  # rewrites config.yaml under the running daemon
+    assert d2.config == d.config
+    assert d.proc is not None
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "hooks: rx" in d.output(), 60, "the reload", d.proc)
+    drop(tmp_path, "after.pdf", "After the hook")
+    d.wait_settled(2)
+    wait_for(lambda: "given up" in cli(d, "status").stdout and " 1 given up" in
+             cli(d, "status").stdout, 60, "the event to be given up", d.proc)
+    listed = cli(d, "hooks").stdout
+    assert "dead" in listed and "document.done" in listed and "after.pdf" not in listed
+    assert "gave up on event" in d.output()
+    receiver.start()
+    tested = cli(d, "hooks", "test")
+    assert tested.returncode == 0 and "rx: ok: HTTP 204" in tested.stdout
+    probe = Webhook(SECRET).verify(receiver.received()[0].body, receiver.received()[0].headers)
+    assert probe["type"] == "docinbox.test"
+    retried = cli(d, "hooks", "retry", "--dead")
+    assert retried.returncode == 0 and "1 delivery(ies) queued again" in retried.stdout
+    wait_for(lambda: len(receiver.received()) >= 2, 60, "the retried event", d.proc)
+    event = Webhook(SECRET).verify(receiver.received()[1].body, receiver.received()[1].headers)
+    assert event["type"] == "document.done"
+    assert event["data"]["source"]["name"] == "after.pdf"  # not the one before the hook
+    assert d.stop() == 0
 
 
 def test_a_receiver_that_is_down_gets_every_event_in_order_when_back(
@@ -114,14 +164,17 @@ def test_a_receiver_that_is_down_gets_every_event_in_order_when_back(
     status = cli(d, "status").stdout
     assert "hooks:   3 waiting" in status and "rx: 3 waiting" in status
     assert "last error: " in status  # the receiver's fault, in words
+    # a stop while they wait leaves them waiting for the next start
+    assert d.stop() == 0
     listed = cli(d, "hooks").stdout
-    assert listed.count("pending") == 3
+    assert listed.count("pending") == 3, listed
     receiver.start()
-    wait_for(lambda: len(receiver.received()) >= 3, 60, "3 deliveries", d.proc)
+    d2 = daemon_factory(hooks=webhook(tmp_path, receiver)).start()
+    wait_for(lambda: len(receiver.received()) >= 3, 60, "3 deliveries", d2.proc)
     got = [Webhook(SECRET).verify(r.body, r.headers) for r in receiver.received()]
     assert [g["data"]["source"]["name"] for g in got] == names
-    wait_for(lambda: pending(d) == 0, 30, "nothing pending", d.proc)
-    assert d.stop() == 0
+    wait_for(lambda: pending(d2) == 0, 30, "nothing pending", d2.proc)
+    assert d2.stop() == 0
 
 
 def test_sigkill_between_the_outcome_and_its_delivery_loses_nothing(

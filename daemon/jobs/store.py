@@ -170,6 +170,7 @@ class Delivery:
     state: DeliveryState
     attempts: int
     next_at: float
+    since: float  # when it became due: its age counts from here (a retry resets it)
     last_error: str | None
     finished_at: float | None
 
@@ -179,7 +180,7 @@ class Delivery:
             seq=int(r["seq"]), event_id=r["id"], type=r["type"], job_id=r["job_id"],
             created_at=float(r["created_at"]), body=r["body"], receiver=r["receiver"],
             state=r["state"], attempts=int(r["attempts"]), next_at=float(r["next_at"]),
-            last_error=r["last_error"], finished_at=r["finished_at"],
+            since=float(r["since"]), last_error=r["last_error"], finished_at=r["finished_at"],
         )
 
 
@@ -321,6 +322,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
             state TEXT NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
             next_at REAL NOT NULL,
+            since REAL NOT NULL,
             last_error TEXT,
             finished_at REAL,
             PRIMARY KEY (receiver, event_seq)
@@ -353,7 +355,7 @@ EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
     "runtime": frozenset({"key", "value"}),
     "events": frozenset({"seq", "id", "type", "job_id", "created_at", "body"}),
     "deliveries": frozenset({"event_seq", "receiver", "state", "attempts", "next_at",
-                             "last_error", "finished_at"}),
+                             "since", "last_error", "finished_at"}),
 }
 
 
@@ -724,12 +726,13 @@ class Store:
             (ev.id, ev.type, outcome.job.id, ev.created_at, ev.body),
         ).lastrowid
         c.executemany(
-            "INSERT INTO deliveries(event_seq, receiver, state, next_at) VALUES(?, ?, ?, ?)",
-            [(seq, r, "pending", ev.created_at) for r in ev.receivers],
+            "INSERT INTO deliveries(event_seq, receiver, state, next_at, since)"
+            " VALUES(?, ?, ?, ?, ?)",
+            [(seq, r, "pending", ev.created_at, ev.created_at) for r in ev.receivers],
         )
 
     _DELIVERY_SELECT = (
-        "SELECT events.*, d.receiver, d.state, d.attempts, d.next_at, d.last_error, "
+        "SELECT events.*, d.receiver, d.state, d.attempts, d.next_at, d.since, d.last_error, "
         "d.finished_at FROM deliveries d JOIN events ON events.seq = d.event_seq"
     )
 
@@ -764,16 +767,6 @@ class Store:
             self._bump(c, "hook_attempts_failed_total")
             if next_at is None:
                 self._bump(c, "hook_deliveries_dead_total")
-
-    def delivery_expired(self, d: Delivery, now: float, error: str) -> None:
-        """Given up without another attempt (too old, or its receiver is gone)."""
-        with self.tx() as c:
-            c.execute(
-                "UPDATE deliveries SET state = 'dead', last_error = ?, finished_at = ? "
-                "WHERE receiver = ? AND event_seq = ? AND state = 'pending'",
-                (error, now, d.receiver, d.seq),
-            )
-            self._bump(c, "hook_deliveries_dead_total")
 
     def expire_deliveries_of_others(self, receivers: Sequence[str], now: float) -> int:
         """Pending deliveries to receivers no longer configured become dead (reported,
@@ -820,8 +813,8 @@ class Store:
             else:
                 sql, args = "state IN ('dead', 'pending') AND event_seq = ?", (seq,)
             return int(c.execute(
-                "UPDATE deliveries SET state = 'pending', next_at = ?, attempts = 0, "
-                "finished_at = NULL WHERE " + sql, (now, *args),
+                "UPDATE deliveries SET state = 'pending', next_at = ?, since = ?, attempts = 0, "
+                "finished_at = NULL WHERE " + sql, (now, now, *args),
             ).rowcount)
 
     def receiver_counts(self) -> list[ReceiverCounts]:

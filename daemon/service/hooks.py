@@ -372,15 +372,6 @@ class Lane:
         if d is None:
             self.failing.resolved(now, f"hook {self.name}: delivering again")
             return IDLE_SECONDS
-        age = now - d.created_at
-        if age > self.policy.max_age_seconds:
-            why = (f"not delivered within {self.policy.max_age_seconds:g} s"
-                   + (f" (last: {d.last_error})" if d.last_error else ""))
-            store.delivery_expired(d, now, why)
-            log.error("hook %s: gave up on event %s (%s, job %s): %s; "
-                      "`docinbox hooks retry %s` sends it again",
-                      self.name, d.event_id, d.type, d.job_id, why, d.seq)
-            return 0.0
         if d.next_at > now:
             return d.next_at - now
         attempt = self.sender.send(d.event_id, d.body)
@@ -398,12 +389,22 @@ class Lane:
                         "reloaded or docinbox restarts; its events wait (`docinbox hooks`)",
                         self.name, attempt.message)
             return IDLE_SECONDS * 30
+        if now - d.since >= self.policy.max_age_seconds:
+            # Given up only after one more try: an event that waited out a week-long stop
+            # of the daemon still gets its attempt.
+            why = (f"{attempt.message}; not delivered within "
+                   f"{self.policy.max_age_seconds:g} s: given up")
+            store.delivery_failed(d, now, why, None)
+            log.error("hook %s: gave up on event %s (%s, job %s): %s; "
+                      "`docinbox hooks retry %s` sends it again",
+                      self.name, d.event_id, d.type, d.job_id, why, d.seq)
+            return 0.0
         delay = backoff(d.attempts + 1, self.policy.retry_backoff_seconds,
                         self.policy.retry_backoff_max_seconds, attempt.retry_after, self.rand())
         store.delivery_failed(d, now, attempt.message, now + delay)
         self.failing.problem(
             now, f"hook {self.name}: delivery failed ({attempt.message}); event {d.event_id} "
-            f"is tried again in {delay:.0f} s, the receiver's later events wait behind it")
+            f"is tried again in {delay:.3g} s, the receiver's later events wait behind it")
         return delay
 
     # -- the thread ------------------------------------------------------------------
