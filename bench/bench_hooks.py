@@ -44,16 +44,18 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from daemon.config.settings import check_paths, load_config  # noqa: E402
+from daemon.document.page import Block, EngineInfo  # noqa: E402
+from daemon.document.record import PageRecord  # noqa: E402
 from daemon.jobs.store import Store  # noqa: E402
 from daemon.output.publish import Publisher  # noqa: E402
 from daemon.service.hooks import HookService  # noqa: E402
 from tests.hookreceiver import free_port  # noqa: E402
 
-BLOCKS = [
-    {"type": "title", "bbox": [100, 80, 900, 120], "text": "Benchmark document"},
-    {"type": "text", "bbox": [100, 150, 900, 400],
-     "text": "The quick brown fox jumps over the lazy dog. " * 8},
-]
+BLOCKS = (
+    Block(type="title", bbox=(0.1, 0.08, 0.9, 0.12), text="Benchmark document"),
+    Block(type="text", bbox=(0.1, 0.15, 0.9, 0.4),
+          text="The quick brown fox jumps over the lazy dog. " * 8),
+)
 
 
 def run(root: Path, docs: int, hooks: dict[str, Any] | None) -> dict[str, Any]:
@@ -85,10 +87,11 @@ def run(root: Path, docs: int, hooks: dict[str, Any] | None) -> dict[str, Any]:
         assert result is not None
         job = store.start_job(result.job.id, time.time(), "lite")
         store.set_page_count(job.id, 1)
-        store.save_page(job.id, 0, BLOCKS, {"page_size_pt": [612, 792]}, "lite", 0.5,
-                        time.time())
+        page = PageRecord(page_idx=0, blocks=BLOCKS, engine="lite", seconds=0.5,
+                          info={"page_size_pt": [612, 792]})
+        store.save_page(job.id, page, time.time())
         job = store.job(job.id) or job
-        out = publisher.complete(job, {"name": "lite"})
+        out = publisher.complete(job, EngineInfo(name="lite"))
         store.finish_job(job.id, time.time(), out, time.perf_counter() - t0)
         service.wake_if_new()
         times.append(time.perf_counter() - t0)
