@@ -8,6 +8,7 @@ the specification), not with docinbox's own code.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
@@ -488,3 +489,32 @@ def test_status_metrics_and_the_page_show_what_waits_and_why(tmp_path: Path) -> 
     assert 'id="hooks"' in page and "connection refused" in page
     assert st.to_json()["hooks"]["pending"] == 2  # type: ignore[index]
     store.close()
+
+
+def test_removing_a_hook_gives_up_its_pending_events_and_a_broken_body_still_goes_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    old = config(tmp_path, {"commands": [{"command": ["/bin/true"], "name": "old"}]})
+    service = HookService(old)
+    store = open_store(old, service)
+    finish(store, old, "a.pdf", time.time())
+    (tmp_path / "config.yaml").unlink()
+    new = config(tmp_path, {"commands": [{"command": ["/bin/false"], "name": "new"}]})
+    with caplog.at_level(logging.WARNING, logger="docinbox.hooks"):
+        service.reload(new, store)
+    try:
+        (dead,) = store.deliveries(("dead",))
+        assert dead.receiver == "old" and dead.last_error is not None
+        assert "no longer in the configuration" in dead.last_error
+        assert any("no longer configured" in r.getMessage() for r in caplog.records)
+        # an outcome whose body cannot be built still records its outcome and its event
+        broken = dataclasses.replace(new, outbox=None)  # type: ignore[arg-type]
+        service.cfg = broken
+        job = finish(store, new, "b.pdf", time.time())
+        assert job.state.value == "done"
+        rows = [d for d in store.deliveries(("pending",)) if d.job_id == job.id]
+        assert [json.loads(d.body)["data"] for d in rows] == [
+            {"job_id": job.id, "incomplete": True}]
+    finally:
+        service.stop()
+        store.close()

@@ -798,8 +798,8 @@ class Store:
     def event(self, key: str) -> tuple[int, str] | None:
         """(seq, id) of the event with this id or sequence number."""
         row = self.conn.execute(
-            "SELECT seq, id FROM events WHERE id = ? OR (? GLOB '[0-9]*' AND seq = ?)",
-            (key, key, int(key) if key.isdigit() else -1),
+            "SELECT seq, id FROM events WHERE id = ? OR seq = ?",
+            (key, int(key) if key.isdigit() else -1),
         ).fetchone()
         return (int(row[0]), str(row[1])) if row else None
 

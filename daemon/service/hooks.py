@@ -62,7 +62,7 @@ from daemon.config.settings import (
     hook_secret,
 )
 from daemon.jobs.store import NewEvent, Outcome, Store, StoreBusy
-from daemon.output.events import build_event, event_env, new_event_id
+from daemon.output.events import build_event, event_env, iso, new_event_id
 from daemon.service.reminder import Reminder
 
 log = logging.getLogger("docinbox.hooks")
@@ -481,8 +481,19 @@ class HookService:
             return None
         self.recorded = True
         now = self.wall()
-        event = build_event(self.cfg, outcome, now=now, event_id=new_event_id())
-        return NewEvent(event.id, event.type, now, event.body(), receivers)
+        event_id = new_event_id()
+        try:
+            body = build_event(self.cfg, outcome, now=now, event_id=event_id).body()
+        except Exception:
+            # A bug here must neither fail the document (this runs inside the transaction
+            # recording its outcome) nor drop the event: it goes out with what is sure.
+            log.exception("hooks: the body of the %s event of job %s could not be built",
+                          outcome.event, outcome.job.id)
+            body = json.dumps({
+                "id": event_id, "type": outcome.event, "timestamp": iso(now),
+                "data": {"job_id": outcome.job.id, "incomplete": True},
+            }, separators=(",", ":"))
+        return NewEvent(event_id, outcome.event, now, body, receivers)
 
     def start(self, store: Store) -> None:
         self._apply(self.cfg, store)
