@@ -23,7 +23,7 @@ import pytest
 import yaml
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from daemon.cli.main import render_status
+from daemon.cli.main import render_status, systemd_paths_dropin
 from daemon.common.errors import hint_for
 from daemon.config.settings import Config, ConfigError, load_config, redacted_dict
 from daemon.jobs.store import Job, Outcome, Store
@@ -518,3 +518,16 @@ def test_removing_a_hook_gives_up_its_pending_events_and_a_broken_body_still_goe
     finally:
         service.stop()
         store.close()
+
+
+def test_the_systemd_drop_in_lets_webhooks_on_other_machines_through(tmp_path: Path) -> None:
+    cfg = config(tmp_path, {
+        "webhooks": [{"url": "https://192.168.1.20/hook"}, {"url": "http://127.0.0.1:9/x"},
+                     {"url": "https://n8n.example.org/hook", "name": "n8n"}],
+        "commands": [{"command": ["/bin/true"]}],
+    })
+    dropin = systemd_paths_dropin(cfg)
+    assert "IPAddressAllow=192.168.1.20\n" in dropin
+    assert "127.0.0.1" not in dropin  # loopback is allowed by the unit already
+    assert "hooks.webhooks[2] (n8n): systemd allows addresses, not names" in dropin
+    assert "hooks.commands run inside this unit" in dropin

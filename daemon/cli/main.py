@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import ipaddress
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -37,6 +39,7 @@ from daemon.config.settings import (
 )
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
+from daemon.service.auth import is_loopback
 from daemon.service.status import Status, collect
 
 log = logging.getLogger("docinbox")
@@ -142,7 +145,27 @@ def systemd_paths_dropin(cfg: Config) -> str:
         lines.append(f"ReadWritePaths=-{text}")
     if len(lines) == 4:
         lines.append("# every folder is under /var/lib/docinbox (StateDirectory): nothing to add")
+    lines += _hook_addresses(cfg)
     return "\n".join(lines) + "\n"
+
+
+def _hook_addresses(cfg: Config) -> list[str]:
+    """The unit admits only loopback traffic (IPAddressAllow=localhost): each webhook on
+    another machine needs its address let through. systemd takes addresses, not names."""
+    out: list[str] = []
+    for i, hook in enumerate(cfg.hooks.webhooks):
+        host = urlsplit(hook.url).hostname or ""
+        if is_loopback(host):
+            continue
+        try:
+            out.append(f"IPAddressAllow={ipaddress.ip_address(host)}")
+        except ValueError:
+            out.append(f"# hooks.webhooks[{i}] ({hook.receiver}): systemd allows addresses, not "
+                       f"names: add IPAddressAllow=<the address or network of {host}>")
+    if cfg.hooks.commands:
+        out.append("# hooks.commands run inside this unit: a command that talks to another "
+                   "machine needs its IPAddressAllow= too")
+    return out
 
 
 def _open_store(cfg: Config) -> Store:
