@@ -1,20 +1,27 @@
-"""Reading order by recursive XY-cut, with full-width elements breaking the columns.
+"""Reading order: XY-cut with cross-column elements masked, after XY-Cut++.
 
 The classic XY-cut (Nagy and Seth, 1984) splits a page at the widest blank strip, top to
 bottom or left to right, and recurses. Taken literally it reads a two-column page row by
 row wherever the baselines of both columns line up, and it cannot split columns at all
-under a title that spans them. So at every node:
+where a title or a picture crosses the gutter. XY-Cut++ (Liu et al., 2025,
+arXiv 2504.10258) masks such cross-column elements, cuts the rest, and puts the masked
+elements back by position. Here, at every node:
 
 1. a blank vertical strip from top to bottom separates columns: read them left to right;
-2. otherwise a strip that only a few wide elements cross (a title, a figure, a caption
-   spanning both columns) is a gutter: those elements cut the node into horizontal bands
-   (above, the element, below), each band is ordered on its own, so the columns above a
-   spanning figure are finished before the figure and the columns below it;
+2. otherwise a strip that only a few elements cross is a gutter. Each crossing element is
+   either *spanning* (nothing stands beside it: a headline, a full-width figure, a caption
+   under both columns), and then the spanning elements cut the node into horizontal bands
+   (the columns above a headline are finished before it, those below come after), or
+   *embedded* (text runs beside it: a picture across the gutter with both columns flowing
+   around it), and then it is masked: the rest is cut at the gutter into columns, each
+   column read top to bottom through the picture, and the masked element goes back before
+   the first element in reading order that lies below it and overlaps it horizontally;
 3. otherwise a blank horizontal strip separates rows: read them top to bottom;
 4. otherwise the elements overlap in both directions: read them by rows.
 
-Right-to-left pages (Arabic, Hebrew) read columns and row neighbours right to left; the
-text of each line is kept as it came.
+A two-page spread is two pages with a blank strip (the fold) between them: rule 1 reads
+the left page, then the right one. Right-to-left pages (Arabic, Hebrew) read columns and
+row neighbours right to left; the text of each line is kept as it came.
 """
 
 from __future__ import annotations
@@ -38,8 +45,8 @@ _MAX_CROSSING_SHARE = 0.1
 _MIN_PER_SIDE = 3
 # A row gap this many median line heights tall separates blocks, not lines.
 _WIDE_GAP_LINES = 1.0
-# A spanning element is at least this share of the node's width; a narrower one crossing
-# the gutter (the middle column of an author block) means there is no gutter there.
+# A spanning element (one that cuts the columns into bands) is at least this share of the
+# node's width; a narrower one crossing the gutter is masked and the columns run past it.
 _MIN_SPANNING_WIDTH = 0.5
 # Gutters are looked for away from the node's edges, where indents would pass for one.
 _GUTTER_ZONE = (0.2, 0.8)
@@ -60,9 +67,15 @@ def _cut(idx: list[int], boxes: Sequence[Box], rtl: bool) -> list[int]:
         if rtl:
             columns.reverse()
         return [i for part in columns for i in _cut(part, boxes, rtl)]
-    bands = _split_at_spanning(idx, boxes)
-    if bands is not None:
-        return [i for part in bands for i in _cut(part, boxes, rtl)]
+    gutter = _split_at_gutter(idx, boxes)
+    if gutter is not None:
+        parts, masked = gutter
+        if masked:  # columns that run around the masked elements
+            if rtl:
+                parts.reverse()
+            ordered = [i for part in parts for i in _cut(part, boxes, rtl)]
+            return _reinsert(ordered, masked, boxes)
+        return [i for part in parts for i in _cut(part, boxes, rtl)]
     rows = _split_y(idx, boxes)
     if rows is not None:
         return [i for part in rows for i in _cut(part, boxes, rtl)]
@@ -148,8 +161,15 @@ def _partition(idx: list[int], centres: list[float], cuts: list[float]) -> list[
     return parts if len(parts) > 1 else None
 
 
-def _split_at_spanning(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] | None:
-    """Bands cut by the few elements crossing the node's gutter, or None without one."""
+def _split_at_gutter(
+    idx: list[int], boxes: Sequence[Box]
+) -> tuple[list[list[int]], list[int]] | None:
+    """Parts of the node on either side of a gutter that a few elements cross.
+
+    Returns (bands, []) when spanning elements cut the node into horizontal bands, or
+    (columns, masked) when the only crossing elements have text beside them; None when
+    there is no such gutter.
+    """
     if len(idx) < 2 * _MIN_PER_SIDE + 1:
         return None
     cover, lo, span = _coverage(idx, boxes, 0)
@@ -157,24 +177,83 @@ def _split_at_spanning(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] 
     zone_lo, zone_hi = int(_GUTTER_ZONE[0] * _BINS), int(_GUTTER_ZONE[1] * _BINS)
     best: tuple[int, int] | None = None
     for a, b in _gaps(cover[zone_lo:zone_hi] <= allowed):
-        if best is None or b - a > best[1] - best[0]:
-            best = (a + zone_lo, b + zone_lo)
+        # The gutter is where the fewest elements cross, within the strip: a ragged
+        # column edge makes the strip lopsided, and its middle may cut the column's
+        # longest lines.
+        strip = cover[zone_lo + a : zone_lo + b]
+        runs = _gaps(strip == strip.min())
+        ra, rb = max(runs, key=lambda r: r[1] - r[0])
+        if best is None or rb - ra > best[1] - best[0]:
+            best = (zone_lo + a + ra, zone_lo + a + rb)
     if best is None or (best[1] - best[0]) / _BINS * span < _MIN_COLUMN_GAP:
         return None
     gutter = lo + (best[0] + best[1]) / 2 / _BINS * span
-    spanning = [i for i in idx if boxes[i][0] < gutter < boxes[i][2]]
-    if any(boxes[i][2] - boxes[i][0] < _MIN_SPANNING_WIDTH * span for i in spanning):
-        return None
+    crossing = [i for i in idx if boxes[i][0] < gutter < boxes[i][2]]
     rest = [i for i in idx if not boxes[i][0] < gutter < boxes[i][2]]
     left = [i for i in rest if boxes[i][2] <= gutter]
     right = [i for i in rest if boxes[i][0] >= gutter]
-    if not spanning or len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
+    if not crossing or len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
         return None
     top = max(min(boxes[i][1] for i in left), min(boxes[i][1] for i in right))
     bottom = min(max(boxes[i][3] for i in left), max(boxes[i][3] for i in right))
     if bottom <= top:  # the "columns" never stand side by side: no gutter
         return None
-    spanning.sort(key=lambda i: (boxes[i][1], boxes[i][0]))
+    # Spanning: wide, with nothing level with it. The rest (a picture with text around
+    # it, the caption under that picture) stays inside the columns.
+    spanning = [
+        i
+        for i in crossing
+        if boxes[i][2] - boxes[i][0] >= _MIN_SPANNING_WIDTH * span
+        and not _has_beside(i, rest, boxes)
+    ]
+    spanning = _stacked_on_embedded(crossing, spanning, boxes)
+    embedded = [i for i in crossing if i not in spanning]
+    if spanning:
+        bands = _bands(idx, spanning, boxes)
+        return (bands, []) if bands is not None else None
+    return [left, right], embedded
+
+
+def _stacked_on_embedded(
+    crossing: list[int], spanning: list[int], boxes: Sequence[Box]
+) -> list[int]:
+    """`spanning` less the elements stacked on an embedded one: the caption under a
+    picture that text runs around has nothing beside it, yet belongs with the picture."""
+    embedded = [i for i in crossing if i not in spanning]
+    if not embedded:
+        return spanning
+    line = float(np.median([boxes[i][3] - boxes[i][1] for i in crossing]))
+    left = list(spanning)
+    grew = True
+    while grew:
+        grew = False
+        for i in list(left):
+            for j in embedded:
+                a, b = boxes[i], boxes[j]
+                gap = max(a[1] - b[3], b[1] - a[3])
+                if gap <= line and min(a[2], b[2]) - max(a[0], b[0]) > 0:
+                    left.remove(i)
+                    embedded.append(i)
+                    grew = True
+                    break
+    return left
+
+
+def _has_beside(i: int, others: Sequence[int], boxes: Sequence[Box]) -> bool:
+    """Whether text stands level with element `i`, wholly to its left or right."""
+    x0, y0, x1, y1 = boxes[i]
+    for j in others:
+        b = boxes[j]
+        overlap = min(y1, b[3]) - max(y0, b[1])
+        if overlap > 0.25 * min(y1 - y0, b[3] - b[1]) and (b[2] <= x0 or b[0] >= x1):
+            return True
+    return False
+
+
+def _bands(idx: list[int], spanning: list[int], boxes: Sequence[Box]) -> list[list[int]] | None:
+    """The node cut into bands: above each spanning element, the element, below it."""
+    spanning = sorted(spanning, key=lambda i: (boxes[i][1], boxes[i][0]))
+    rest = [i for i in idx if i not in spanning]
     bands: list[list[int]] = [[]]
     for s in spanning:
         bands.append([s])
@@ -186,6 +265,28 @@ def _split_at_spanning(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] 
         bands[2 * k].append(i)
     parts = [b for b in bands if b]
     return parts if len(parts) > 1 else None
+
+
+def _reinsert(ordered: list[int], masked: list[int], boxes: Sequence[Box]) -> list[int]:
+    """Masked elements back into the reading: each before the first element (in reading
+    order) below it that it overlaps horizontally, else after the last one above it that
+    it overlaps, else at the end. Masked elements keep their top-to-bottom order."""
+    out = list(ordered)
+    for m in sorted(masked, key=lambda i: (boxes[i][1], boxes[i][0])):
+        x0, y0, x1, y1 = boxes[m]
+        cy = (y0 + y1) / 2
+        level = [
+            (k, boxes[j])
+            for k, j in enumerate(out)
+            if j not in masked and min(x1, boxes[j][2]) - max(x0, boxes[j][0]) > 0
+        ]
+        below = [k for k, b in level if b[1] >= cy]
+        if below:
+            out.insert(below[0], m)
+            continue
+        above = [k for k, b in level if b[3] <= cy]
+        out.insert(above[-1] + 1 if above else len(out), m)
+    return out
 
 
 def _by_rows(idx: list[int], boxes: Sequence[Box], rtl: bool) -> list[int]:
