@@ -83,6 +83,9 @@ _HEADING_MAX_CHARS = 200
 _HEADING_MAX_LINES = 3
 _BOLD_HEADING_MAX_CHARS = 120
 
+# A letter this many body lines tall with text beside it is a drop cap.
+_DROP_CAP_LINES = 1.8
+
 # A vertical gap between two lines larger than this many line heights starts a paragraph.
 _PARAGRAPH_GAP = 0.7
 
@@ -562,6 +565,7 @@ def compose_page(
     if not kept and not any(r.kind in (rg.FIGURE, rg.TABLE) for r in regions):
         progress(0, 0, "line")
         return PageLayout(blocks=[], columns=0, dropped=dict(dropped))
+    kept = join_drop_caps(kept)
     body = body_size(kept)
     groups, free = _claim(kept, _trusted_regions(regions, kept), dropped)
     # A line standing on its end on an upright page is marginal text (arXiv's stamp, a
@@ -607,9 +611,87 @@ def compose_page(
     if para:
         blocks.append(_make_block(para, body, source, bold_marks))
     progress(total, total, "line")
+    blocks = _mend_split_words(blocks)
     blocks = [b for b in blocks if b.text.strip() or b.type in (IMAGE, TABLE)]
     columns = 2 if find_gutter(free) is not None else (1 if blocks else 0)
     return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
+
+
+def join_drop_caps(lines: Sequence[_Line]) -> list[_Line]:
+    """A drop cap joined to the word it starts ("S" + "HE MOPED" -> "SHE MOPED").
+
+    A drop cap is a letter or two, at least `_DROP_CAP_LINES` body lines tall, with body
+    lines starting just right of it. The first of those lines gets the letter; every line
+    beside the cap starts where the cap starts, so the paragraph keeps its left edge
+    instead of looking indented.
+    """
+    if len(lines) < 3:
+        return list(lines)
+    typical = statistics.median(ln.height for ln in lines)
+    out = list(lines)
+    for cap in [ln for ln in lines if _drop_cap_shaped(ln, typical)]:
+        reach = cap.bbox[2] + (cap.bbox[2] - cap.bbox[0]) * 1.5
+        beside = sorted(
+            (
+                ln
+                for ln in out
+                if ln is not cap
+                and cap.bbox[2] - 0.002 <= ln.bbox[0] <= reach
+                and ln.bbox[1] < cap.bbox[3]
+                and ln.bbox[3] > cap.bbox[1]
+                and ln.height < 1.5 * typical
+            ),
+            key=lambda ln: ln.bbox[1],
+        )
+        if not beside or beside[0].cy > cap.bbox[1] + 0.5 * cap.height:
+            continue
+        first = beside[0]
+        moved = {id(ln): ln for ln in beside}
+        out = [
+            replace(
+                ln,
+                text=cap.text.strip() + ln.text if ln is first else ln.text,
+                bbox=(cap.bbox[0], *ln.bbox[1:]),
+            )
+            if id(ln) in moved
+            else ln
+            for ln in out
+            if ln is not cap
+        ]
+    return out
+
+
+def _drop_cap_shaped(ln: _Line, typical: float) -> bool:
+    text = ln.text.strip()
+    return 1 <= len(text) <= 2 and text.isalpha() and ln.height >= _DROP_CAP_LINES * typical
+
+
+_SPLIT_WORD_HEAD = re.compile(r"[^\W\d_]-$")
+# Blocks a word hyphenated at a column's foot may jump over to its continuation.
+_BETWEEN_SPLIT_WORD = (IMAGE, IMAGE_CAPTION, TABLE_CAPTION, FOOTER, PAGE_NUMBER, HEADER, ASIDE_TEXT)
+
+
+def _mend_split_words(blocks: list[Block]) -> list[Block]:
+    """A word hyphenated at the foot of a column, or above a picture, made whole again.
+
+    The paragraph goes on at the head of the next column (or below the picture), which
+    is another block; the head of the word ("conse-") gets its tail ("ctetuer") and the
+    next block starts after it.
+    """
+    out = list(blocks)
+    last: int | None = None
+    for k, block in enumerate(out):
+        if block.type != TEXT:
+            if block.type not in _BETWEEN_SPLIT_WORD:
+                last = None
+            continue
+        prev = out[last] if last is not None else None
+        if prev is not None and _SPLIT_WORD_HEAD.search(prev.text) and block.text[:1].islower():
+            tail, _, rest = block.text.partition(" ")
+            out[last] = replace(prev, text=prev.text[:-1] + tail)  # type: ignore[index]
+            block = out[k] = replace(block, text=rest)
+        last = k
+    return out
 
 
 def _vertical(ln: _Line, page_aspect: float) -> bool:
