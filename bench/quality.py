@@ -2,6 +2,7 @@
 
     python bench/quality.py [--corpus ../shared/corpus] [--json out.json]
     python bench/quality.py --orientation-study      # ocr vs tiles orientation detectors
+    python bench/quality.py --only magazine --order plain   # plain XY-cut, for comparison
 
 Order-sensitive CER: Levenshtein distance between the engine's Markdown and the ground truth,
 divided by the ground truth's length, after both are reduced to their words (Markdown marks,
@@ -11,6 +12,17 @@ in the wrong order pays for every moved character twice, so reading order counts
 The ground truth (`groundtruth/` in the corpus) is another converter's output, not human
 checked. Where it covers more pages than the file has (the 2-page TIFF of a 9-page paper),
 each page is compared with the stretch of the ground truth it matches (`windowed_cer`).
+
+Magazine pages: the corpus has no magazine scans with a human transcription, so the bench
+makes them (`magazine_pages`). The text layers of two public born-digital two-column PDFs
+in the corpus (a LaTeX sample, a page of an arXiv paper) are the ground truth; their
+sentences are typeset again as magazine pages by tests/magazine.py: two and three
+columns, a picture across a gutter with the text of both columns running around it, a
+caption, a spanning headline, a drop cap, two stories on one page, and two pages side by
+side as a spread; rendered at 200-300 dpi, turned 0.3-0.7 degrees, blurred, grainy and
+JPEG-compressed. Besides CER each page gets a reading-order score: the share of the
+ground truth's sentences found in the output in their order (the longest run in order
+over the sentences, located by fuzzy alignment).
 
 The study rotates every scanned corpus page with ground truth, plus the born-digital ones
 rendered as images, by 0/90/180/270 degrees and reports how often each detector finds the
@@ -157,6 +169,194 @@ def windowed_cer(pages: list[str], ref: str) -> float:
     return distance / max(length, 1)
 
 
+def order_score(hyp: str, ref: str) -> float:
+    """Share of `ref`'s sentences that appear in `hyp` in the same order."""
+    from rapidfuzz import fuzz
+
+    sents = [x for x in _sentences(ref) if len(x) >= 25]
+    if not sents:
+        return 1.0
+    positions: list[int] = []
+    for sent in sents:
+        found = fuzz.partial_ratio_alignment(sent, hyp)
+        if found is not None and found.score >= 80:
+            positions.append(found.dest_start)
+    return _longest_increasing(positions) / len(sents)
+
+
+def _sentences(text: str) -> list[str]:
+    out: list[str] = []
+    current: list[str] = []
+    for word in text.split():
+        current.append(word)
+        if word.endswith((".", "?", "!")) and len(current) >= 3:
+            out.append(" ".join(current))
+            current = []
+    if current:
+        out.append(" ".join(current))
+    return out
+
+
+def _longest_increasing(values: list[int]) -> int:
+    import bisect
+
+    tails: list[int] = []
+    for v in values:
+        k = bisect.bisect_left(tails, v)
+        if k == len(tails):
+            tails.append(v)
+        else:
+            tails[k] = v
+    return len(tails)
+
+
+def corpus_text(pdf: Path) -> str:
+    """A born-digital PDF's text layer in its own (column) order, words whole."""
+    import unicodedata
+
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(str(pdf))
+    try:
+        text = " ".join(doc[i].get_textpage().get_text_range() for i in range(len(doc)))
+    finally:
+        doc.close()
+    # pdfium marks a hyphen that breaks a word at the line end as U+0002 or U+FFFE.
+    text = re.sub(r"[\x02\ufffe]\s*", "", text)
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def prose(text: str) -> list[str]:
+    """The text's sentences that are prose: table cells, numbers and headings left out."""
+    out = []
+    for sent in _sentences(text):
+        visible = [ch for ch in sent if not ch.isspace()]
+        letters = sum(ch.isalpha() for ch in visible)
+        if len(sent.split()) >= 6 and letters >= 0.8 * len(visible) and sent[0].isupper():
+            out.append(sent)
+    return out
+
+
+@dataclass(frozen=True)
+class MadePage:
+    name: str
+    image: Any  # PIL image as the scanner returns it
+    truth: str
+    dpi: int
+    lines: Any = None  # the typeset lines (pixels, before the scan's skew), for debugging
+    pictures: Any = None  # the pictures' boxes, likewise
+
+
+def _made(name: str, page: Any, dpi: int) -> MadePage:
+    return MadePage(name, page.image, page.text, dpi, page.lines, page.pictures)
+
+
+def magazine_pages(corpus: Path) -> list[MadePage]:
+    """Magazine pages typeset from the corpus's born-digital two-column PDFs."""
+    import importlib.util
+
+    # Loaded by path: with PYTHONPATH at an older checkout, `tests` is that checkout's.
+    spec = importlib.util.spec_from_file_location("magazine", REPO / "tests" / "magazine.py")
+    if spec is None or spec.loader is None:
+        raise RuntimeError("tests/magazine.py is missing")
+    mag = importlib.util.module_from_spec(spec)
+    sys.modules["magazine"] = mag  # dataclasses look their module up
+    spec.loader.exec_module(mag)
+    latin = prose(corpus_text(corpus / "pdf" / "pypdf__multicolumn.pdf"))
+    english = prose(corpus_text(corpus / "pdf" / "docling__2305.03393v1-pg9.pdf")) + prose(
+        corpus_text(corpus / "pdf" / "docling__amt_handbook_sample.pdf")
+    )
+
+    def paras(sents: list[str], start: int, per: int = 4) -> list[str]:
+        chosen = sents[start:] + sents[:start]
+        return [" ".join(chosen[i : i + per]) for i in range(0, len(chosen), per)]
+
+    def a4(dpi: int) -> tuple[tuple[int, int], int]:
+        return (round(8.27 * dpi), round(11.69 * dpi)), round(10 / 72 * dpi)
+
+    pages: list[MadePage] = []
+    size, px = a4(200)
+    page = mag.typeset(
+        [mag.Article("Lorem ipsum across the gutter", paras(latin, 0), 2, 1.0,
+                     mag.Picture(0, 1, 0.3, 0.25, "Hills under a summer sky, seen across "
+                                 "the gutter between the columns."))],
+        size=size, font_px=px,
+    )
+    pages.append(_made("magazine-2col-picture", page, 200))
+    size, px = a4(250)
+    page = mag.typeset(
+        [mag.Article("Table structure in three columns", paras(english, 0, 3), 3, 1.0,
+                     mag.Picture(1, 2, 0.12, 0.22, "A picture that crosses the second "
+                                 "gutter, with text on both sides."))],
+        size=size, font_px=round(px * 0.9),
+    )
+    pages.append(_made("magazine-3col-picture", page, 250))
+    size, px = a4(300)
+    page = mag.typeset(
+        [
+            mag.Article("First story on top", paras(latin, 12), 2, 0.45,
+                        mag.Picture(0, 1, 0.3, 0.4, "The first story's picture.")),
+            mag.Article("Second story below the first", paras(english, 8), 2, 0.55,
+                        mag.Picture(0, 1, 0.15, 0.3, "The second story's picture, "
+                                    "across the gutter.")),
+        ],
+        size=size, font_px=px,
+    )
+    pages.append(_made("magazine-two-stories", page, 300))
+    size, px = a4(200)
+    left = mag.typeset(
+        [mag.Article("The left page of a spread", paras(latin, 24), 2, 1.0,
+                     mag.Picture(0, 1, 0.5, 0.2, "A picture on the left page."))],
+        size=size, font_px=px,
+    )
+    right = mag.typeset(
+        [mag.Article("The right page of the spread", paras(english, 16), 2, 1.0,
+                     mag.Picture(0, 1, 0.08, 0.25, "A picture on the right page."))],
+        size=size, font_px=px,
+    )
+    page = mag.spread(left, right)
+    pages.append(_made("spread", page, 200))
+    skews = (0.4, -0.6, 0.3, -0.5)
+    return [
+        MadePage(
+            p.name,
+            mag.scanned(p.image, skew=k, noise=10.0, seed=i),
+            p.truth,
+            p.dpi,
+            p.lines,
+            p.pictures,
+        )
+        for i, (p, k) in enumerate(zip(pages, skews, strict=True))
+    ]
+
+
+def plain_xy_cut(items: Any, box_of: Any, *, rtl: bool = False) -> list[Any]:
+    """Textbook XY-cut, for comparison: cut at the widest blank strip either way, recurse."""
+    boxes = [box_of(it) for it in items]
+
+    def cut(idx: list[int]) -> list[int]:
+        if len(idx) <= 1:
+            return idx
+        best: tuple[float, int, float] | None = None  # width, axis, position
+        for axis in (0, 1):
+            spans = sorted((boxes[i][axis], boxes[i][axis + 2]) for i in idx)
+            reach = spans[0][1]
+            for a, b in spans[1:]:
+                if a > reach and (best is None or a - reach > best[0]):
+                    best = (a - reach, axis, (a + reach) / 2)
+                reach = max(reach, b)
+        if best is None:
+            return sorted(idx, key=lambda i: (boxes[i][1], boxes[i][0]))
+        _, axis, pos = best
+        first = [i for i in idx if (boxes[i][axis] + boxes[i][axis + 2]) / 2 < pos]
+        second = [i for i in idx if (boxes[i][axis] + boxes[i][axis + 2]) / 2 >= pos]
+        if axis == 0 and rtl:
+            first, second = second, first
+        return cut(first) + cut(second)
+
+    return [items[i] for i in cut(list(range(len(items))))]
+
+
 def make_engine(orientation: str | None) -> Any:
     from daemon.engines.lite import engine as lite
 
@@ -194,10 +394,18 @@ def loadavg() -> str:
         return "n/a"
 
 
-def quality(corpus: Path, dpi: int, orientation: str | None) -> list[dict[str, Any]]:
+def quality(
+    corpus: Path, dpi: int, orientation: str | None, only: str = "all", order: str = "current"
+) -> list[dict[str, Any]]:
     engine = make_engine(orientation)
+    if order == "plain":
+        import daemon.engines.lite.engine as lite
+
+        setattr(lite, "xy_cut", plain_xy_cut)  # noqa: B010 - the engine's own name for it
     rows: list[dict[str, Any]] = []
-    for case in CASES:
+    if only in ("all", "magazine"):
+        rows += magazine_quality(engine, corpus)
+    for case in CASES if only in ("all", "corpus") else ():
         path = corpus / case.file
         truth_path = corpus / "groundtruth" / case.truth
         if not path.is_file() or not truth_path.is_file():
@@ -215,6 +423,7 @@ def quality(corpus: Path, dpi: int, orientation: str | None) -> list[dict[str, A
             "file": case.file,
             "group": case.group,
             "cer": round(score, 4),
+            "order": round(order_score(hyp, ref), 3),
             "pages": len(seconds),
             "s_per_page": round(statistics.mean(seconds), 2) if seconds else 0.0,
             "loadavg": load_before,
@@ -224,6 +433,34 @@ def quality(corpus: Path, dpi: int, orientation: str | None) -> list[dict[str, A
         }
         if case.known_text:
             row["cer_known_text"] = round(cer(hyp, normalise(case.known_text)), 4)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def magazine_quality(engine: Any, corpus: Path) -> list[dict[str, Any]]:
+    from daemon.document.page import PageInput
+
+    rows: list[dict[str, Any]] = []
+    for made in magazine_pages(corpus):
+        load_before = loadavg()
+        page = PageInput(image=made.image, page_idx=0, page_count=1, dpi=made.dpi)
+        start = time.perf_counter()
+        result = engine.parse_page(page, PageOptions(), no_progress)
+        seconds = time.perf_counter() - start
+        hyp = normalise(pages_to_markdown([result.blocks]))
+        ref = normalise(made.truth)
+        row = {
+            "file": made.name,
+            "group": "magazine",
+            "cer": round(cer(hyp, ref), 4),
+            "order": round(order_score(hyp, ref), 3),
+            "pages": 1,
+            "s_per_page": round(seconds, 2),
+            "loadavg": load_before,
+            "size": list(made.image.size),
+            "regions": result.info.get("regions"),
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -300,6 +537,12 @@ def main() -> None:
     parser.add_argument("--dpi", type=int, default=200)
     parser.add_argument("--orientation", choices=("ocr", "tiles", "off"), default=None)
     parser.add_argument("--orientation-study", action="store_true")
+    parser.add_argument("--only", choices=("all", "corpus", "magazine"), default="all")
+    parser.add_argument(
+        "--order", choices=("current", "plain"), default="current",
+        help="plain: the engine with a textbook XY-cut in place of its reading order",
+    )
+    parser.add_argument("--save-pages", type=Path, help="write the magazine pages here (PNG)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not args.corpus.is_dir():
@@ -309,7 +552,12 @@ def main() -> None:
     if args.orientation_study:
         out = orientation_study(args.corpus, args.dpi)
     else:
-        out = quality(args.corpus, args.dpi, args.orientation)
+        if args.save_pages:
+            args.save_pages.mkdir(parents=True, exist_ok=True)
+            for made in magazine_pages(args.corpus):
+                made.image.save(args.save_pages / f"{made.name}.png")
+                (args.save_pages / f"{made.name}.txt").write_text(made.truth, encoding="utf-8")
+        out = quality(args.corpus, args.dpi, args.orientation, args.only, args.order)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 
