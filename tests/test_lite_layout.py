@@ -291,7 +291,7 @@ def test_sideways_margin_stamp_is_aside_text_not_a_heading() -> None:
     assert laid.blocks[-1].text == stamp.text
 
 
-def test_table_region_keeps_its_ocr_text_row_by_row() -> None:
+def test_table_region_becomes_an_html_grid_and_keeps_its_text_row_by_row() -> None:
     cells = [
         L("Year", 0.2, 0.40, 0.3), L("Sales", 0.5, 0.40, 0.6),
         L("2023", 0.2, 0.43, 0.3), L("1,204", 0.5, 0.43, 0.6),
@@ -302,7 +302,9 @@ def test_table_region_keeps_its_ocr_text_row_by_row() -> None:
     assert [b.type for b in laid.blocks] == ["text", "table"]
     assert laid.blocks[1].text == "Year | Sales\n2023 | 1,204"
     assert laid.blocks[1].bbox == table.bbox  # the crop shows the whole table
-    assert laid.blocks[1].html is None  # no cell structure is invented
+    assert laid.blocks[1].html == (
+        "<table><tr><td>Year</td><td>Sales</td></tr><tr><td>2023</td><td>1,204</td></tr></table>"
+    )
 
 
 def test_pdf_rotate_is_applied_before_orientation_is_judged(

