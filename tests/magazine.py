@@ -126,8 +126,9 @@ class _Flow:
         drawn: list[str] = []
         whole: list[str] = []
         if self.carry is not None:
+            # The word was read whole where its head was drawn (a reader reads on over
+            # the line break, not first the caption that the next line may come after).
             drawn.append(self.carry)
-            whole.append(words[self.w])
             self.carry = None
             self.w += 1
         while self.w < len(words):
@@ -147,6 +148,7 @@ class _Flow:
             head = _hyphenate(word, drawn, room, face)
             if head is not None:
                 drawn.append(head + "-")
+                whole.append(word)
                 self.carry = word[len(head) :]
             elif not drawn:  # a word wider than the line: set it anyway
                 drawn.append(word)
@@ -298,7 +300,7 @@ def typeset(
         if not caption_read:
             pieces.extend(ln.text for ln in cap_lines)
         if flow.carry is not None:  # the page ends inside a hyphenated word
-            pieces.append(flow.paras[flow.p][flow.w][: -len(flow.carry)] + "-")
+            pieces[-1] = pieces[-1][: -len(flow.carry)] + "-"
         page.reading.extend(pieces)
         y = bottom + int(font_px * 1.2)
     return page
