@@ -177,22 +177,22 @@ def _split_at_gutter(
     zone_lo, zone_hi = int(_GUTTER_ZONE[0] * _BINS), int(_GUTTER_ZONE[1] * _BINS)
     best: tuple[int, int] | None = None
     for a, b in _gaps(cover[zone_lo:zone_hi] <= allowed):
-        # The gutter is where the fewest elements cross, within the strip: a ragged
-        # column edge makes the strip lopsided, and its middle may cut the column's
-        # longest lines.
-        strip = cover[zone_lo + a : zone_lo + b]
-        runs = _gaps(strip == strip.min())
-        ra, rb = max(runs, key=lambda r: r[1] - r[0])
-        if best is None or rb - ra > best[1] - best[0]:
-            best = (zone_lo + a + ra, zone_lo + a + rb)
+        if best is None or b - a > best[1] - best[0]:
+            best = (a + zone_lo, b + zone_lo)
     if best is None or (best[1] - best[0]) / _BINS * span < _MIN_COLUMN_GAP:
         return None
-    gutter = lo + (best[0] + best[1]) / 2 / _BINS * span
+    # The gutter is where the fewest elements cross, within the strip: a ragged column
+    # edge makes the strip lopsided, and its middle may cut the column's longest lines.
+    strip = cover[best[0] : best[1]]
+    ra, rb = max(_gaps(strip == strip.min()), key=lambda r: r[1] - r[0])
+    gutter = lo + (best[0] + (ra + rb) / 2) / _BINS * span
     crossing = [i for i in idx if boxes[i][0] < gutter < boxes[i][2]]
     rest = [i for i in idx if not boxes[i][0] < gutter < boxes[i][2]]
     left = [i for i in rest if boxes[i][2] <= gutter]
     right = [i for i in rest if boxes[i][0] >= gutter]
-    if not crossing or len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
+    # No element crossing at all: the columns' ragged edges nearly touch, leaving a blank
+    # strip too narrow for rule 1, inside a wide strip that few lines reach into.
+    if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
         return None
     top = max(min(boxes[i][1] for i in left), min(boxes[i][1] for i in right))
     bottom = min(max(boxes[i][3] for i in left), max(boxes[i][3] for i in right))
@@ -206,7 +206,8 @@ def _split_at_gutter(
         if boxes[i][2] - boxes[i][0] >= _MIN_SPANNING_WIDTH * span
         and not _has_beside(i, rest, boxes)
     ]
-    spanning = _stacked_on_embedded(crossing, spanning, boxes)
+    line = float(np.median([boxes[i][3] - boxes[i][1] for i in idx]))
+    spanning = _stacked_on_embedded(crossing, spanning, boxes, line)
     embedded = [i for i in crossing if i not in spanning]
     if spanning:
         bands = _bands(idx, spanning, boxes)
@@ -215,14 +216,14 @@ def _split_at_gutter(
 
 
 def _stacked_on_embedded(
-    crossing: list[int], spanning: list[int], boxes: Sequence[Box]
+    crossing: list[int], spanning: list[int], boxes: Sequence[Box], line: float
 ) -> list[int]:
-    """`spanning` less the elements stacked on an embedded one: the caption under a
-    picture that text runs around has nothing beside it, yet belongs with the picture."""
+    """`spanning` less the elements stacked on an embedded one (at most a `line` apart):
+    the caption under a picture that text runs around has nothing beside it, yet belongs
+    with the picture."""
     embedded = [i for i in crossing if i not in spanning]
     if not embedded:
         return spanning
-    line = float(np.median([boxes[i][3] - boxes[i][1] for i in crossing]))
     left = list(spanning)
     grew = True
     while grew:
