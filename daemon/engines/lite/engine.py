@@ -235,6 +235,7 @@ class LiteEngine:
         if page.pdf_path is not None and options.text_layer == "auto":
             from daemon.input.textlayer import (
                 pdf_image_boxes,
+                pdf_path_boxes,
                 pdf_text_layer,
                 text_layer_is_trustworthy,
             )
@@ -255,6 +256,9 @@ class LiteEngine:
                 # Pictures placed in the PDF are figures: image blocks (with their crop),
                 # found for free from the page's own objects, no layout model needed.
                 pictures = pdf_image_boxes(page.pdf_path, page.pdf_password, page.page_idx)
+                # Charts and diagrams drawn with path operators have no image object.
+                paths = pdf_path_boxes(page.pdf_path, page.pdf_password, page.page_idx)
+                pictures += drawing_boxes(paths, [ln.bbox for ln in lines])
                 regions = [
                     rg.Region(kind=rg.FIGURE, bbox=box, score=1.0)
                     for box in figure_boxes(pictures, [ln.bbox for ln in lines])
@@ -419,6 +423,92 @@ def figure_boxes(
     return [b for b in boxes if 0.01 <= (b[2] - b[0]) * (b[3] - b[1]) <= 0.85]
 
 
+# A drawing is a figure when text covers at most this share of it: a chart's labels are
+# sparse, a ruled table or a tinted box behind a paragraph is full of text.
+_DRAWING_MAX_TEXT = 0.15
+# Paths thinner than this (share of the page) in either direction are rules: table lines,
+# underlines, frames. A drawing has at least one path that is not a rule.
+_RULE = 0.004
+_LABEL_WIDTH = 0.1  # a label next to a drawing is narrower than this share of the page
+_MAX_PATHS = 4000  # beyond this many, the largest ones stand for the drawing
+
+
+def drawing_boxes(
+    paths: Sequence[tuple[float, float, float, float]],
+    text: Sequence[tuple[float, float, float, float]],
+) -> list[tuple[float, float, float, float]]:
+    """Vector figures on a born-digital page: clusters of path objects that draw something.
+
+    Paths that touch (within 1 % of the page) form a cluster. A cluster is a figure when
+    it is at least 1 % of the page, is more than rules (a ruled table is only rules), and
+    has little text on it (a chart's labels, not a table's cells or a paragraph on a
+    tinted panel). A page-sized path (a background) is never part of one.
+    """
+    pieces = [b for b in paths if (b[2] - b[0]) * (b[3] - b[1]) < 0.85]
+    if len(pieces) > _MAX_PATHS:
+        pieces = sorted(pieces, key=lambda b: (b[2] - b[0]) * (b[3] - b[1]))[-_MAX_PATHS:]
+    if not pieces:
+        return []
+    arr = np.asarray(pieces, dtype=np.float64)
+    gap = 0.01
+    near = (
+        (arr[:, None, 0] - gap <= arr[None, :, 2])
+        & (arr[None, :, 0] - gap <= arr[:, None, 2])
+        & (arr[:, None, 1] - gap <= arr[None, :, 3])
+        & (arr[None, :, 1] - gap <= arr[:, None, 3])
+    )
+    label = [-1] * len(pieces)
+    clusters: list[list[int]] = []
+    for start in range(len(pieces)):
+        if label[start] >= 0:
+            continue
+        label[start] = len(clusters)
+        members = [start]
+        stack = [start]
+        while stack:
+            i = stack.pop()
+            for j in np.flatnonzero(near[i]).tolist():
+                if label[j] < 0:
+                    label[j] = label[start]
+                    members.append(j)
+                    stack.append(j)
+        clusters.append(members)
+    out: list[tuple[float, float, float, float]] = []
+    for members in clusters:
+        box = _union(pieces[i] for i in members)
+        area = (box[2] - box[0]) * (box[3] - box[1])
+        if area < 0.01:
+            continue
+        if not any(
+            pieces[i][2] - pieces[i][0] > _RULE and pieces[i][3] - pieces[i][1] > _RULE
+            for i in members
+        ):
+            continue
+        covered = sum(
+            (t[2] - t[0]) * (t[3] - t[1]) for t in text if rg.overlap_share(t, box) >= _INSIDE
+        )
+        if covered <= _DRAWING_MAX_TEXT * area:
+            out.append(_with_labels(box, text))
+    return out
+
+
+def _with_labels(
+    box: tuple[float, float, float, float], text: Sequence[tuple[float, float, float, float]]
+) -> tuple[float, float, float, float]:
+    """The drawing's box grown over the short labels just outside it (axis ticks, a unit)."""
+    gap = 0.015
+    labels = [
+        t
+        for t in text
+        if t[2] - t[0] <= _LABEL_WIDTH
+        and box[0] - gap <= t[2]
+        and t[0] <= box[2] + gap
+        and box[1] - gap <= t[3]
+        and t[1] <= box[3] + gap
+    ]
+    return _union([box, *labels])
+
+
 def _turned_back(block: Block, angle: int) -> Block:
     return replace(block, bbox=box_to_original(block.bbox, angle), angle=angle)
 
@@ -530,6 +620,9 @@ _REGION_BLOCK = {
     rg.TABLE_CAPTION: TABLE_CAPTION,
     rg.TITLE: TITLE,
 }
+# A "figure" holding this many body-size lines that cover this share of it is text.
+_STRIP_MIN_LINES = 4
+_STRIP_MIN_COVER = 0.3
 # A line belongs to a region when this much of it lies inside.
 _INSIDE = 0.6
 
@@ -638,7 +731,8 @@ def join_drop_caps(lines: Sequence[_Line]) -> list[_Line]:
                 ln
                 for ln in out
                 if ln is not cap
-                and cap.bbox[2] - 0.002 <= ln.bbox[0] <= reach
+                # OCR's boxes are loose: the line's box may reach back over the cap's.
+                and cap.bbox[0] + 0.5 * (cap.bbox[2] - cap.bbox[0]) <= ln.bbox[0] <= reach
                 and ln.bbox[1] < cap.bbox[3]
                 and ln.bbox[3] > cap.bbox[1]
                 and ln.height < 1.5 * typical
@@ -728,8 +822,22 @@ def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[_Line]) -> li
                 ref = body_size(outside) if len(outside) >= 5 else body
                 if body_size(inside) >= 0.8 * ref:
                     continue
+            if _prose_strip(region, inside, body):
+                continue
         out.append(region)
     return out
+
+
+def _prose_strip(region: rg.Region, inside: Sequence[_Line], body: float) -> bool:
+    """A "figure" that is a strip of body text: the column beside a picture, set narrow
+    to run around it, reads to the detector as part of the picture. A chart's labels are
+    small or sparse; these lines are body size and cover much of the box."""
+    if len(inside) < _STRIP_MIN_LINES or body_size(inside) < 0.8 * body:
+        return False
+    x0, y0, x1, y1 = region.bbox
+    area = max((x1 - x0) * (y1 - y0), 1e-12)
+    covered = sum((ln.bbox[2] - ln.bbox[0]) * ln.height for ln in inside)
+    return covered >= _STRIP_MIN_COVER * area
 
 
 def _claim(
