@@ -201,8 +201,12 @@ def make_text_pdf(
     font_size: float = 12.0,
     page_size: tuple[float, float] = LETTER,
     columns: int = 1,
+    drawings: Sequence[bytes] = (),
 ) -> Path:
     """A born-digital PDF: one page per item of `pages`, each a list of text lines.
+
+    `drawings[i]`, when given, is raw content-stream operators (paths: "re", "m", "l",
+    "c", "f", "S") drawn on page i after its text: a vector figure, a ruled table.
 
     The text is real (a Helvetica text layer that pdftotext and PDFium extract). Lines
     starting with "# " become bold headings at twice `font_size`, "## " bold lines at
@@ -222,6 +226,8 @@ def make_text_pdf(
     ]
     for i, lines in enumerate(pages):
         content = _page_content(lines, font_size=font_size, page_size=page_size, columns=columns)
+        if i < len(drawings):
+            content += b"\n" + drawings[i]
         objects.append(
             b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %.2f %.2f] "
             b"/Resources << /Font << /F1 3 0 R /F2 4 0 R >> >> /Contents %d 0 R >>"

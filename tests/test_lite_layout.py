@@ -281,6 +281,28 @@ def test_figure_block_gets_its_crop_named_as_mineru_names_it(
     assert b > r + 20
 
 
+@pytest.mark.parametrize("turn", [90, 270])
+def test_a_figure_on_a_turned_scan_is_cropped_upright(
+    engine: LiteEngine, two_columns: Image.Image, turn: int
+) -> None:
+    import io
+
+    from daemon.work.crops import finish_page
+
+    scan = two_columns.rotate(-turn, expand=True)  # the sheet went in sideways
+    page = PageInput(image=scan, page_idx=0, page_count=1, dpi=None)
+    result = finish_page(page, parse_image(engine, scan))
+    assert len(result.crops) == 1
+    crop = Image.open(io.BytesIO(result.crops[0].jpeg)).convert("RGB")
+    # Upright: wider than high, as drawn, with the sky (blue) at the top and the hills
+    # (green) at the bottom.
+    assert crop.width > 2 * crop.height
+    r, g, b = crop.getpixel((crop.width // 2, crop.height // 10))  # type: ignore[misc]
+    assert b > r + 20
+    r, g, b = crop.getpixel((int(crop.width * 0.3), crop.height * 9 // 10))  # type: ignore[misc]
+    assert g > r + 30 and g > b
+
+
 def test_sideways_margin_stamp_is_aside_text_not_a_heading() -> None:
     # arXiv prints "arXiv:2206.01062v1 [cs.CV] 2 Jun 2022" up the left margin.
     body = [L(f"Body line {i} of the paper", 0.15, 0.2 + 0.018 * i, 0.85) for i in range(6)]
@@ -370,6 +392,66 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
     expected = (90 / 612, (792 - 250 - 216) / 792, (90 + 432) / 612, (792 - 250) / 792)
     assert result.blocks[-1].bbox == pytest.approx(expected, abs=0.005)
     assert [c.name for c in result.crops] == ["page_0_image_2.jpg"]
+
+
+def _bar_chart(x: float, y: float) -> bytes:
+    """Path operators for a bar chart 300 x 160 pt at (x, y) (bottom-left), with two
+    labels: axes stroked, four bars filled, no image object anywhere."""
+    ops = [b"0.2 0.4 0.8 rg 0 0 0 RG 1 w"]
+    ops.append(b"%.1f %.1f m %.1f %.1f l %.1f %.1f l S" % (x, y + 160, x, y, x + 300, y))
+    for k, h in enumerate((60, 110, 90, 140)):
+        ops.append(b"%.1f %.1f 40 %.1f re f" % (x + 20 + 70 * k, y, h))
+    ops.append(b"0 g BT /F1 8 Tf 1 0 0 1 %.1f %.1f Tm (2021) Tj ET" % (x + 25, y - 10))
+    ops.append(b"BT /F1 8 Tf 1 0 0 1 %.1f %.1f Tm (2024) Tj ET" % (x + 235, y - 10))
+    return b"\n".join(ops)
+
+
+def _ruled_table(x: float, y: float) -> bytes:
+    """A 3 x 2 table ruled with hairlines, cell text inside: rules only, no drawing."""
+    ops = [b"0 0 0 RG 0.5 w"]
+    for r in range(4):
+        ops.append(b"%.1f %.1f m %.1f %.1f l S" % (x, y + 20 * r, x + 240, y + 20 * r))
+    for c in range(3):
+        ops.append(b"%.1f %.1f m %.1f %.1f l S" % (x + 120 * c, y, x + 120 * c, y + 60))
+    for r, (a, b) in enumerate((("Region", "Sales"), ("North", "1,204"), ("South", "980"))):
+        for c, word in enumerate((a, b)):
+            ops.append(
+                b"BT /F1 10 Tf 1 0 0 1 %.1f %.1f Tm (%s) Tj ET"
+                % (x + 6 + 120 * c, y + 46 - 20 * r, word.encode())
+            )
+    return b"\n".join(ops)
+
+
+def test_a_vector_chart_is_an_image_block_and_a_ruled_table_is_not(
+    engine: LiteEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.config.settings import LimitsConfig
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
+    from daemon.work.crops import finish_page
+
+    body = ["# Annual Report", "Sales grew in every region this year.", "See the chart below."]
+    pdf = docgen.make_text_pdf(
+        tmp_path / "chart.pdf",
+        [body],
+        drawings=[_bar_chart(100, 350) + b"\n" + _ruled_table(100, 150)],
+    )
+    info = inspect(pdf, passwords=(), limits=LimitsConfig())
+    page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
+    monkeypatch.setattr(engine._layout, "detect", _no_layout_model)
+    result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
+    assert result.info["source"] == SOURCE_TEXT_LAYER
+    assert result.info["regions"] == {"figure": 1}
+    images = [b for b in result.blocks if b.type == IMAGE]
+    assert len(images) == 1
+    # The bars and axes, grown over the year labels under the axis.
+    expected = (100 / 612, (792 - 350 - 160) / 792, 400 / 612, (792 - 350 + 12) / 792)
+    assert images[0].bbox == pytest.approx(expected, abs=0.01)
+    assert len(result.crops) == 1
+    text = " ".join(b.text for b in result.blocks)
+    assert "Sales grew in every region" in text
+    assert "2021" not in text  # the chart's labels are the chart's
+    assert "North" in text and "1,204" in text  # the ruled table's cells are text
 
 
 def _no_layout_model(*args: Any, **kwargs: Any) -> None:

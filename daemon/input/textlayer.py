@@ -130,6 +130,17 @@ def pdf_image_boxes(path: Path, password: str | None, page_idx: int) -> list[Box
     """Boxes of a born-digital page's image objects, normalised to the displayed page
     (origin top-left, /Rotate applied). Clipping paths are not applied: an image cropped
     by one counts with its full extent."""
+    return _object_boxes(path, password, page_idx, pdfium_c.FPDF_PAGEOBJ_IMAGE)
+
+
+def pdf_path_boxes(path: Path, password: str | None, page_idx: int) -> list[Box]:
+    """Boxes of a born-digital page's path objects (lines, curves, filled shapes: what a
+    chart or diagram drawn without an image is made of), normalised like
+    `pdf_image_boxes`."""
+    return _object_boxes(path, password, page_idx, pdfium_c.FPDF_PAGEOBJ_PATH)
+
+
+def _object_boxes(path: Path, password: str | None, page_idx: int, kind: int) -> list[Box]:
     with PDFIUM_LOCK:
         doc = open_known_pdf(path, password)
         try:
@@ -138,7 +149,7 @@ def pdf_image_boxes(path: Path, password: str | None, page_idx: int) -> list[Box
                 geometry = _PageGeometry.of(page)
                 width, height = geometry.display_size
                 boxes: list[Box] = []
-                for obj in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=4):
+                for obj in page.get_objects(filter=[kind], max_depth=4):
                     left, bottom, right, top = obj.get_bounds()
                     ax, ay = geometry.to_display(left, bottom)
                     bx, by = geometry.to_display(right, top)
@@ -148,7 +159,9 @@ def pdf_image_boxes(path: Path, password: str | None, page_idx: int) -> list[Box
                         _clamp(max(ax, bx) / width),
                         _clamp(max(ay, by) / height),
                     )
-                    if box[2] > box[0] and box[3] > box[1]:
+                    wide, high = box[2] > box[0], box[3] > box[1]
+                    # A path may be a rule: no height (or no width) at all.
+                    if (wide and high) or (kind == pdfium_c.FPDF_PAGEOBJ_PATH and (wide or high)):
                         boxes.append(box)
                 return boxes
             except pdfium.PdfiumError:

@@ -14,7 +14,15 @@ import io
 import math
 from typing import TYPE_CHECKING
 
-from daemon.document.page import CROPPED_TYPES, Block, Crop, PageInput, PageResult, crop_name
+from daemon.document.page import (
+    CROPPED_TYPES,
+    SOURCE_OCR,
+    Block,
+    Crop,
+    PageInput,
+    PageResult,
+    crop_name,
+)
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -24,7 +32,12 @@ JPEG_QUALITY = 95
 
 
 def cut(image: Image.Image, block: Block) -> Image.Image | None:
-    """The block's box on `image`, rounded outwards to whole pixels as MinerU does."""
+    """The block's box on `image`, rounded outwards to whole pixels as MinerU does.
+
+    A block that OCR read on a scan it had to turn (`angle`: the counter-clockwise turn
+    that made the page upright) is turned the same way, so a figure on a sideways scan
+    comes out upright, as a person looks at it, not as the scanner stored it.
+    """
     width, height = image.size
     x0, y0, x1, y1 = block.bbox
     box = (
@@ -35,7 +48,10 @@ def cut(image: Image.Image, block: Block) -> Image.Image | None:
     )
     if box[2] <= box[0] or box[3] <= box[1]:
         return None
-    return image.crop(box)
+    piece = image.crop(box)
+    if block.source == SOURCE_OCR and block.angle and block.angle % 360:
+        piece = piece.rotate(block.angle % 360, expand=True)
+    return piece
 
 
 def page_crops(page: PageInput, blocks: list[Block]) -> tuple[Crop, ...]:
