@@ -177,7 +177,15 @@ def order_score(hyp: str, ref: str) -> float:
     if not sents:
         return 1.0
     positions: list[int] = []
+    after = 0
     for sent in sents:
+        # Looked for just after the previous sentence first: a sentence that occurs twice
+        # (lorem ipsum repeats itself) is the copy where the reading goes on.
+        found = fuzz.partial_ratio_alignment(sent, hyp[after : after + 3 * len(sent)])
+        if found is not None and found.score >= 80:
+            positions.append(after + found.dest_start)
+            after += found.dest_end
+            continue
         found = fuzz.partial_ratio_alignment(sent, hyp)
         if found is not None and found.score >= 80:
             positions.append(found.dest_start)

@@ -451,12 +451,18 @@ def drawing_boxes(
         return []
     arr = np.asarray(pieces, dtype=np.float64)
     gap = 0.01
-    near = (
-        (arr[:, None, 0] - gap <= arr[None, :, 2])
-        & (arr[None, :, 0] - gap <= arr[:, None, 2])
-        & (arr[:, None, 1] - gap <= arr[None, :, 3])
-        & (arr[None, :, 1] - gap <= arr[:, None, 3])
-    )
+
+    def near(i: int) -> list[int]:
+        # One row at a time: a full matrix of 4000 paths would be 16 M cells per test.
+        a = arr[i]
+        hit = (
+            (arr[:, 0] - gap <= a[2])
+            & (a[0] - gap <= arr[:, 2])
+            & (arr[:, 1] - gap <= a[3])
+            & (a[1] - gap <= arr[:, 3])
+        )
+        return [int(j) for j in np.flatnonzero(hit)]
+
     label = [-1] * len(pieces)
     clusters: list[list[int]] = []
     for start in range(len(pieces)):
@@ -467,7 +473,7 @@ def drawing_boxes(
         stack = [start]
         while stack:
             i = stack.pop()
-            for j in np.flatnonzero(near[i]).tolist():
+            for j in near(i):
                 if label[j] < 0:
                     label[j] = label[start]
                     members.append(j)
