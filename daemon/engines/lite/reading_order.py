@@ -167,8 +167,9 @@ def _split_at_gutter(
     """Parts of the node on either side of a gutter that a few elements cross.
 
     Returns (bands, []) when spanning elements cut the node into horizontal bands, or
-    (columns, masked) when the only crossing elements have text beside them; None when
-    there is no such gutter.
+    ([left, right], masked) when the crossing elements are embedded ones, or none cross at
+    all (the columns' ragged edges nearly touch, leaving a blank strip too narrow for
+    `_split_x`, inside a wide strip that few lines reach into); None without a gutter.
     """
     if len(idx) < 2 * _MIN_PER_SIDE + 1:
         return None
@@ -190,8 +191,6 @@ def _split_at_gutter(
     rest = [i for i in idx if not boxes[i][0] < gutter < boxes[i][2]]
     left = [i for i in rest if boxes[i][2] <= gutter]
     right = [i for i in rest if boxes[i][0] >= gutter]
-    # No element crossing at all: the columns' ragged edges nearly touch, leaving a blank
-    # strip too narrow for rule 1, inside a wide strip that few lines reach into.
     if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
         return None
     top = max(min(boxes[i][1] for i in left), min(boxes[i][1] for i in right))
