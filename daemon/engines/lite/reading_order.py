@@ -3,19 +3,21 @@
 The classic XY-cut (Nagy and Seth, 1984) splits a page at the widest blank strip, top to
 bottom or left to right, and recurses. Taken literally it reads a two-column page row by
 row wherever the baselines of both columns line up, and it cannot split columns at all
-where a title or a picture crosses the gutter. XY-Cut++ (Liu et al., 2025,
-arXiv 2504.10258) masks such cross-column elements, cuts the rest, and puts the masked
-elements back by position. Here, at every node:
+where a title or a picture crosses the gutter. XY-Cut++ (arXiv 2504.10258, 2025) masks
+such cross-column elements, cuts the rest, and puts the masked elements back by position.
+Here, at every node:
 
 1. a blank vertical strip from top to bottom separates columns: read them left to right;
 2. otherwise a strip that only a few elements cross is a gutter. Each crossing element is
-   either *spanning* (nothing stands beside it: a headline, a full-width figure, a caption
-   under both columns), and then the spanning elements cut the node into horizontal bands
-   (the columns above a headline are finished before it, those below come after), or
-   *embedded* (text runs beside it: a picture across the gutter with both columns flowing
-   around it), and then it is masked: the rest is cut at the gutter into columns, each
-   column read top to bottom through the picture, and the masked element goes back before
-   the first element in reading order that lies below it and overlaps it horizontally;
+   either *embedded* (several lines tall with text beside it: a picture across the gutter
+   with both columns flowing around it; or stacked on such a picture, like its caption),
+   or *spanning* (any other, at least half the node wide: a headline, a full-width figure
+   with its caption). Spanning elements cut the node into horizontal bands (the columns
+   above a headline are finished before it, those below come after). Embedded ones are
+   masked: the rest is cut at the gutter into columns, each column read top to bottom
+   past the picture, and each masked element goes back before the first element in
+   reading order that lies below it and overlaps it horizontally. A narrower crossing
+   element that is no picture (the middle column of an author block) means no gutter;
 3. otherwise a blank horizontal strip separates rows: read them top to bottom;
 4. otherwise the elements overlap in both directions: read them by rows.
 
@@ -46,8 +48,12 @@ _MIN_PER_SIDE = 3
 # A row gap this many median line heights tall separates blocks, not lines.
 _WIDE_GAP_LINES = 1.0
 # A spanning element (one that cuts the columns into bands) is at least this share of the
-# node's width; a narrower one crossing the gutter is masked and the columns run past it.
+# node's width; a narrower one crossing the gutter that is no picture means there is no
+# gutter there.
 _MIN_SPANNING_WIDTH = 0.5
+# A crossing element this many body lines tall, with text level with it, is a picture
+# the columns run around.
+_PICTURE_LINES = 3.0
 # Gutters are looked for away from the node's edges, where indents would pass for one.
 _GUTTER_ZONE = (0.2, 0.8)
 
@@ -197,46 +203,48 @@ def _split_at_gutter(
     bottom = min(max(boxes[i][3] for i in left), max(boxes[i][3] for i in right))
     if bottom <= top:  # the "columns" never stand side by side: no gutter
         return None
-    # Spanning: wide, with nothing level with it. The rest (a picture with text around
-    # it, the caption under that picture) stays inside the columns.
-    spanning = [
+    # Embedded: a picture (several lines tall) with text level with it, and what is
+    # stacked on one (its caption). Spanning: the other crossing elements, if wide. A
+    # narrow one that is no picture (the middle column of an author block) means there
+    # is no gutter here.
+    line = float(np.median([boxes[i][3] - boxes[i][1] for i in idx]))
+    seeds = [
         i
         for i in crossing
-        if boxes[i][2] - boxes[i][0] >= _MIN_SPANNING_WIDTH * span
-        and not _has_beside(i, rest, boxes)
+        if boxes[i][3] - boxes[i][1] >= _PICTURE_LINES * line and _has_beside(i, rest, boxes)
     ]
-    line = float(np.median([boxes[i][3] - boxes[i][1] for i in idx]))
-    spanning = _stacked_on_embedded(crossing, spanning, boxes, line)
-    embedded = [i for i in crossing if i not in spanning]
+    embedded = _stacked_on(seeds, crossing, boxes, line)
+    spanning = [i for i in crossing if i not in embedded]
+    if any(boxes[i][2] - boxes[i][0] < _MIN_SPANNING_WIDTH * span for i in spanning):
+        return None
     if spanning:
         bands = _bands(idx, spanning, boxes)
         return (bands, []) if bands is not None else None
     return [left, right], embedded
 
 
-def _stacked_on_embedded(
-    crossing: list[int], spanning: list[int], boxes: Sequence[Box], line: float
+def _stacked_on(
+    seeds: list[int], crossing: list[int], boxes: Sequence[Box], line: float
 ) -> list[int]:
-    """`spanning` less the elements stacked on an embedded one (at most a `line` apart):
-    the caption under a picture that text runs around has nothing beside it, yet belongs
-    with the picture."""
-    embedded = [i for i in crossing if i not in spanning]
-    if not embedded:
-        return spanning
-    left = list(spanning)
-    grew = True
+    """`seeds` and the crossing elements stacked on them, at most a `line` apart and
+    overlapping horizontally: the caption under a picture that text runs around has
+    nothing beside it, yet belongs with the picture."""
+    embedded = list(seeds)
+    grew = bool(embedded)
     while grew:
         grew = False
-        for i in list(left):
+        for i in crossing:
+            if i in embedded:
+                continue
+            a = boxes[i]
             for j in embedded:
-                a, b = boxes[i], boxes[j]
+                b = boxes[j]
                 gap = max(a[1] - b[3], b[1] - a[3])
                 if gap <= line and min(a[2], b[2]) - max(a[0], b[0]) > 0:
-                    left.remove(i)
                     embedded.append(i)
                     grew = True
                     break
-    return left
+    return embedded
 
 
 def _has_beside(i: int, others: Sequence[int], boxes: Sequence[Box]) -> bool:
