@@ -830,6 +830,11 @@ def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[_Line]) -> li
                     continue
             if _prose_strip(region, inside, body):
                 continue
+        if region.kind == rg.HEADER:
+            inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= _INSIDE]
+            if inside and statistics.median(ln.size for ln in inside) >= _HEADING_RATIO * body:
+                # Running heads are small print; a headline at the top of a page is not one.
+                region = replace(region, kind=rg.TITLE)
         out.append(region)
     return out
 
