@@ -63,6 +63,7 @@ def test_every_row_names_something_that_exists() -> None:
 def test_the_table_says_where_new_things_go() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     where = text.split("Where a new", 1)[1].split("\n\n", 1)[0]
-    for thing in ("config key", "status field", "worker message", "input format", "output file"):
+    for thing in ("config key", "status field", "worker message", "input format", "engine",
+                  "output file", "hook"):
         assert thing in where, thing
     assert set(re.findall(r"`(daemon/[^`]*)`", where)) <= named_paths(table_rows())
