@@ -351,6 +351,15 @@ class EngineConfig:
         parse=p_int(1, 64, "blocks per generate() call"),
         doc="mineru, transformers: a page's blocks recognised together per generate() call",
     )
+    # 4: a page's layout step decodes a few hundred tokens, one row at a time without this;
+    # 4 layout rows (~1,400 prompt tokens each) stay inside the 8,192-token batch bound, and
+    # 4 rendered pages in memory are ~50 MB at 200 DPI (docs/benchmarks.md).
+    page_batch: int = setting(
+        default=4,
+        parse=p_int(1, 16, "pages whose model steps share generate() calls"),
+        doc="mineru: pages of a document worked on together (layout steps batched, block "
+        "batches filled across pages; llama-cpp shares its slots); 1 = page by page",
+    )
     text_layer: TextLayer = setting(
         default=_PAGE.text_layer,
         choices=get_args(TextLayer),

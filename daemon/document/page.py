@@ -9,6 +9,7 @@ is typed only for the type checker; the worker and the engines are the ones hold
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
@@ -172,7 +173,9 @@ class Engine(Protocol):
 
     An engine may also declare `max_pages_in_flight: int` (read with `pages_in_flight`;
     1 when absent). Above 1 the worker calls `parse_page` for several lookahead pages at
-    once from threads, so the engine's `parse_page` must then be thread-safe.
+    once from threads, so the engine's `parse_page` must then be thread-safe; each such
+    thread renders its page and parses it inside the engine's optional `coming_page()`
+    context (see `coming_page` below).
     """
 
     name: str
@@ -188,6 +191,13 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def coming_page(engine: object) -> AbstractContextManager[None]:
+    """Around rendering a page and parsing it ahead: an engine that batches pages (its
+    optional `coming_page()`) then waits for the page rather than starting without it."""
+    coming = getattr(engine, "coming_page", None)
+    return coming() if callable(coming) else nullcontext()
 
 
 def pages_in_flight(engine: object) -> int:

@@ -11,8 +11,10 @@ next page to be rendered (a second or more at 200 DPI). So, within one document:
   `pdf_text_layer` call then costs nothing): at most one page ahead, so memory holds two
   pages at most;
 - an engine that declares `max_pages_in_flight` k > 1 (a remote inference server, whose
-  batching wants many requests) gets up to k pages parsed at once, each in its own thread
-  (render, then `parse_page`); its `parse_page` must be thread-safe.
+  batching wants many requests, or the `mineru` engine batching several pages' model steps
+  together, engine.page_batch) gets up to k pages parsed at once, each in its own thread
+  (render, then `parse_page`, inside the engine's `coming_page()` so a batch being formed
+  waits for the page); its `parse_page` must be thread-safe.
 
 Answers still go out strictly in page order and only when asked: a page prepared or parsed
 ahead waits here until its request comes. A new document, a stop, or a request whose
@@ -36,6 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +50,7 @@ from daemon.document.page import (
     PageOptions,
     PageResult,
     ProgressFn,
+    coming_page,
     pages_in_flight,
 )
 from daemon.work.protocol import PageDone, ParsePage
@@ -241,6 +245,10 @@ class PagePipeline:
         ).start()
 
     def _work(self, slot: _Slot) -> None:
+        with coming_page(self.engine) if slot.parse else nullcontext():
+            self._work_on(slot)
+
+    def _work_on(self, slot: _Slot) -> None:
         try:
             slot.page = self._render(slot.page_idx)
             if not slot.parse and not self.closed and self._wants_text_layer():

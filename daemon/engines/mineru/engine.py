@@ -28,6 +28,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +48,11 @@ from daemon.document.page import (
 )
 from daemon.engines.mineru.runtimes.base import Prediction, Runtime
 from daemon.engines.mineru.runtimes.transformers_generate import (
+    BLOCK,
+    LAYOUT,
     BatchedGenerator,
     GenRequest,
+    PageBatcher,
     PredictManyFn,
     RowDone,
     capped,
@@ -411,11 +415,14 @@ class MinerUEngine:
         self._loaded: LoadedModel | None = None
         self._client: Any = None
         self._generator: BatchedGenerator | None = None
+        self._batcher: PageBatcher | None = None
         self._remote: Runtime | None = None
         self._pool: ThreadPoolExecutor | None = None
-        # Pages the worker may run through parse_page at once (PLAN decision 2): a server
-        # batches concurrent requests; an in-process model works one page at a time.
-        self.max_pages_in_flight = 1
+        # Pages the worker may run through parse_page at once, each in its own thread: a
+        # server batches concurrent requests (its own bound); the in-process runtimes take
+        # engine.page_batch pages, whose model steps then share batches (transformers) or
+        # slots (llama-cpp).
+        self.max_pages_in_flight = max(1, config.page_batch)
 
     def load(self) -> EngineInfo:
         route_loguru_to_logging()
@@ -439,7 +446,8 @@ class MinerUEngine:
             raise ValueError(f"unknown engine.runtime {runtime!r}")
         self._remote = remote
         self._client = remote.client
-        self.max_pages_in_flight = remote.max_pages_in_flight
+        if runtime == "http":
+            self.max_pages_in_flight = remote.max_pages_in_flight
         if remote.max_blocks_in_flight > 1:
             self._pool = ThreadPoolExecutor(
                 max_workers=remote.max_blocks_in_flight, thread_name_prefix="mineru-block"
@@ -481,6 +489,7 @@ class MinerUEngine:
         self._generator = BatchedGenerator(
             loaded.model, loaded.processor, self._client.client, self.batch_size
         )
+        self._batcher = PageBatcher(self._generator, self.config.page_batch)
         return EngineInfo(
             name=self.name,
             model_id=self.config.model,
@@ -492,6 +501,7 @@ class MinerUEngine:
                 "model": self.config.model,
                 "threads": loaded.threads,
                 "batch_size": self.batch_size,
+                "page_batch": self.config.page_batch,
                 "dtype_vision": loaded.dtype_vision,
                 "dtype_decoder": loaded.dtype_decoder,
                 "requested_precision": self.config.precision,
@@ -504,16 +514,26 @@ class MinerUEngine:
     def batch_size(self) -> int:
         return self.config.batch_size
 
-    def _predict(self, image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
-        # The same generate() path as the blocks (a batch of one), so layout and blocks
-        # share MinerU's sampling rules and our per-row stopping.
-        assert self._generator is not None
-        request = GenRequest(image, prompt, params, max_new_tokens)
-        return self._generator.generate([request], lambda _row: None)[0]
+    def coming_page(self) -> AbstractContextManager[None]:
+        """Around bringing one page to `parse_page` (the worker renders it inside): the
+        layout step of the pages in the engine waits for it to join their batch."""
+        return self._batcher.coming() if self._batcher is not None else nullcontext()
 
-    def _predict_many(self, requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
-        assert self._generator is not None
-        return self._generator.predict_many(requests, on_done)
+    def _local_steps(self, page_idx: int) -> tuple[PredictFn, PredictManyFn]:
+        """The page's layout step and block step, as rows of the batches all pages share:
+        the same generate() path for both, so layout and blocks share MinerU's sampling
+        rules and our per-row stopping."""
+        batcher = self._batcher
+        assert batcher is not None
+
+        def predict(image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
+            request = GenRequest(image, prompt, params, max_new_tokens)
+            return batcher.run(page_idx, LAYOUT, [request], lambda _row: None)[0]
+
+        def predict_many(requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+            return batcher.run(page_idx, BLOCK, requests, on_done)
+
+        return predict, predict_many
 
     def _concurrent_many(
         self, requests: Sequence[GenRequest], on_done: RowDone
@@ -547,8 +567,9 @@ class MinerUEngine:
         return pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
-        """One page. Thread-safe for the http and llama-cpp runtimes: the helper keeps no
-        per-page state and their predict() may be called from several threads."""
+        """One page. Thread-safe for every runtime: the helper keeps no per-page state, the
+        remote runtimes' predict() may be called from several threads, and the local
+        model's generate() calls are made by the shared `PageBatcher`, one at a time."""
         if self._client is None:
             raise RuntimeError("MinerUEngine.parse_page() before load()")
         step = functools.partial(
@@ -568,9 +589,12 @@ class MinerUEngine:
             )
         import torch
 
-        # The local model: no autograd bookkeeping, and the batched path for a page's blocks.
-        with torch.inference_mode():
-            return step(predict=self._predict, predict_many=self._predict_many)
+        # The local model: no autograd bookkeeping (per thread: whichever page thread runs
+        # a batch runs it in this mode), and the batches every page in the engine shares.
+        assert self._batcher is not None
+        predict, predict_many = self._local_steps(page.page_idx)
+        with torch.inference_mode(), self._batcher.page():
+            return step(predict=predict, predict_many=predict_many)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -582,6 +606,7 @@ class MinerUEngine:
         # Dropping the references is enough: the worker process exits or recycles soon.
         self._client = None
         self._generator = None
+        self._batcher = None
         self._loaded = None
 
 

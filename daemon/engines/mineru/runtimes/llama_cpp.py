@@ -7,12 +7,14 @@ has none); this module loads the Engine, finds the GGUF pair, and reads the gene
 token count from the result (the library's `predict` returns only the text).
 
 `Engine.generate` releases the GIL and decodes all busy slots in one batch, so the blocks
-of a page are sent together, up to `parallel` at a time.
+of a page are sent together, up to `parallel` at a time; with `engine.page_batch` pages in
+the engine, their layout steps and blocks share the same slots.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -135,7 +137,9 @@ class LlamaCppRuntime:
             **client_options,
         )
         self._vlm: Any = self.client.client
-        self.max_pages_in_flight = 1
+        # Several pages' threads call predict() at once: no more requests than slots.
+        self._slots = threading.BoundedSemaphore(settings.parallel)
+        self.max_pages_in_flight = 1  # the engine decides (engine.page_batch)
         self.max_blocks_in_flight = settings.parallel
         self.info = RuntimeInfo(
             runtime="llama-cpp",
@@ -160,7 +164,8 @@ class LlamaCppRuntime:
         messages = self._vlm.build_messages(urls, prompt)
         sampling = self._vlm.build_llama_cpp_sampling_params(params)
         try:
-            result = self.engine.generate(messages, sampling)
+            with self._slots:
+                result = self.engine.generate(messages, sampling)
         except self._errors.InvalidRequestError as exc:
             # e.g. the image needs more tokens than a slot's context holds
             raise DocumentError(FailureKind.ENGINE, f"llama.cpp refused a request: {exc}") from exc

@@ -19,13 +19,22 @@ How a batch stays equal to running its rows one by one (the tests check it token
   per row. Left padding cannot create a false n-gram match: a padded window only equals the
   current suffix when it IS that suffix.
 
+Across pages (`PageBatcher`, engine.page_batch): the worker parses several pages of a
+document at once, each in its own thread; their rows meet here and share generate() calls,
+the layout steps of several pages as rows of one batch and block batches filled from every
+page whose layout is done. Which rows share a call changes nothing in any row's tokens (the
+rules above), so pages come out as they do one at a time.
+
 Nothing here imports torch at module level: the daemon process imports the engine package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import itertools
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.engines.mineru.runtimes.base import Prediction
@@ -157,7 +166,7 @@ class BatchedGenerator:
         # client does not pass on, so in practice every block type shares one group.
         groups: dict[Any, list[int]] = {}
         for i, request in enumerate(requests):
-            groups.setdefault(self._kwargs_key(request.params), []).append(i)
+            groups.setdefault(self.kwargs_key(request.params), []).append(i)
         for indices in groups.values():
             sizes = [self.prompt_tokens(requests[i].image) for i in indices]
             for batch in plan_batches(sizes, self.batch_size):
@@ -178,7 +187,7 @@ class BatchedGenerator:
         except (AttributeError, TypeError, ValueError):
             return estimate_prompt_tokens(image, self.max_pixels)
 
-    def _kwargs_key(self, params: Any) -> tuple[tuple[str, Any], ...]:
+    def kwargs_key(self, params: Any) -> tuple[tuple[str, Any], ...]:
         kwargs = self.client.build_generate_kwargs(capped(params, 1))
         kwargs.pop("max_new_tokens", None)
         return tuple(sorted(kwargs.items()))
@@ -230,6 +239,196 @@ class BatchedGenerator:
             )[0]
             results.append(Prediction(text=text, tokens=len(ids)))
         return results
+
+
+LAYOUT = "layout"
+BLOCK = "block"
+
+
+@dataclass(eq=False)
+class _Step:
+    """One page's rows for one step (its layout, or its blocks), and who waits for them."""
+
+    page: int  # the page's index in its document: the lowest page's rows run first
+    left: int  # rows not finished yet
+    released: bool = False  # finished, and counted as working again
+
+
+@dataclass(eq=False)
+class _Row:
+    request: GenRequest
+    kind: str  # LAYOUT | BLOCK: batched apart, capped by page_batch | batch_size
+    step: _Step
+    index: int  # position in its step's request list
+    seq: int  # submission order, among rows of the same page
+    tokens: int  # prompt tokens, for grouping similar rows
+    on_done: RowDone
+    result: Prediction | None = None
+    error: BaseException | None = None
+    reported: bool = False  # on_done called (once, even when the row is run again)
+
+
+@dataclass
+class _State:
+    coming: int = 0  # pages announced (being rendered) that have not entered the engine
+    working: int = 0  # pages in the engine doing their own work (parsing, cropping)
+    running: bool = False  # a generate() call is under way (in one of the page threads)
+    pending: list[_Row] = field(default_factory=list)
+
+
+class PageBatcher:
+    """The rows of every page in the engine, run as shared generate() calls.
+
+    Page threads call `run` with one step's rows and block until those rows are done; the
+    waiting thread that finds the model free and the moment right runs the next batch for
+    everybody (no thread of its own: nothing to stop). The moment is right when no page in
+    the engine is between two steps (it is about to add rows: waiting for it fills the
+    batch), and, when only layout rows wait, when no announced page is still being
+    rendered or a full `page_batch` of layouts waits. The batch run is the one holding the
+    lowest page's oldest row: pages are committed in order, so the page asked for first is
+    served first, with the other pages' similar rows filling its batch.
+
+    A batch that fails and holds rows of several pages is run again page by page, so an
+    error fails only the page it belongs to.
+    """
+
+    def __init__(self, generator: BatchedGenerator, page_batch: int) -> None:
+        self.generator = generator
+        self.page_batch = max(1, page_batch)
+        self._cond = threading.Condition()
+        self._state = _State()
+        self._seq = itertools.count()
+        self._local = threading.local()
+
+    @contextmanager
+    def coming(self) -> Iterator[None]:
+        """Around the work that brings a page to the engine (rendering) and its parse: a
+        layout batch waits for announced pages rather than leaving without them."""
+        with self._cond:
+            self._state.coming += 1
+            self._local.announced = getattr(self._local, "announced", 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                if self._local.announced > 0:  # never entered the engine (render failed)
+                    self._local.announced -= 1
+                    self._state.coming -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def page(self) -> Iterator[None]:
+        """Around one page's parse: the page counts as working except while it waits."""
+        with self._cond:
+            if getattr(self._local, "announced", 0) > 0:
+                self._local.announced -= 1
+                self._state.coming -= 1
+            self._state.working += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._state.working -= 1
+                self._cond.notify_all()
+
+    def run(
+        self, page: int, kind: str, requests: Sequence[GenRequest], on_done: RowDone
+    ) -> list[Prediction]:
+        """`requests` of one page's step, batched with whatever the other pages need.
+        Called inside `page()`; results in request order; a failed row raises its error."""
+        if not requests:
+            return []
+        step = _Step(page, len(requests))
+        rows = [
+            _Row(r, kind, step, i, next(self._seq), self.generator.prompt_tokens(r.image), on_done)
+            for i, r in enumerate(requests)
+        ]
+        state = self._state
+        with self._cond:
+            state.pending.extend(rows)
+            state.working -= 1
+            try:
+                while step.left:
+                    if state.running or not self._ready():
+                        self._cond.wait()
+                        continue
+                    batch = self._take()
+                    state.running = True
+                    self._cond.release()
+                    try:
+                        self._execute(batch)
+                    finally:
+                        self._cond.acquire()
+                        state.running = False
+                        self._finish(batch)
+                        self._cond.notify_all()
+            finally:
+                if step.left:  # interrupted while waiting: take our rows back
+                    state.pending[:] = [r for r in state.pending if r.step is not step]
+                if not step.released:
+                    step.released = True
+                    state.working += 1
+        for row in rows:
+            if row.error is not None:
+                raise row.error
+        return [row.result for row in rows if row.result is not None]
+
+    def _ready(self) -> bool:
+        state = self._state
+        if not state.pending or state.working > 0:
+            return False
+        if any(row.kind != LAYOUT for row in state.pending):
+            return True  # the model has block work: pages still rendering join later
+        return state.coming == 0 or len(state.pending) >= self.page_batch
+
+    def _take(self) -> list[_Row]:
+        state = self._state
+        groups: dict[tuple[Any, ...], list[_Row]] = {}
+        for row in state.pending:
+            key = (row.kind, self.generator.kwargs_key(row.request.params))
+            groups.setdefault(key, []).append(row)
+        candidates: list[list[_Row]] = []
+        for (kind, _kwargs), rows in groups.items():
+            cap = self.page_batch if kind == LAYOUT else self.generator.batch_size
+            for planned in plan_batches([r.tokens for r in rows], cap):
+                candidates.append([rows[i] for i in planned])
+        batch = min(candidates, key=lambda rows: min((r.step.page, r.seq) for r in rows))
+        taken = {id(r) for r in batch}
+        state.pending[:] = [r for r in state.pending if id(r) not in taken]
+        return batch
+
+    def _execute(self, batch: list[_Row]) -> None:
+        def done(i: int) -> None:
+            row = batch[i]
+            if not row.reported:
+                row.reported = True
+                row.on_done(row.index)
+
+        try:
+            results = self.generator.generate([r.request for r in batch], done)
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # interrupted: nobody gets a result
+                for row in batch:
+                    row.error = exc
+                raise
+            steps = list(dict.fromkeys(r.step for r in batch))
+            if len(steps) == 1:
+                for row in batch:
+                    row.error = exc
+                return
+            for step in steps:  # whose row broke it? each page again, alone
+                self._execute([r for r in batch if r.step is step])
+            return
+        for row, result in zip(batch, results, strict=True):
+            row.result = result
+
+    def _finish(self, batch: list[_Row]) -> None:
+        for row in batch:
+            row.step.left -= 1
+            if row.step.left == 0 and not row.step.released:
+                # Working again from now: the next batch waits for its next step's rows.
+                row.step.released = True
+                self._state.working += 1
 
 
 def _remap(on_done: RowDone, rows: list[int]) -> RowDone:
