@@ -27,6 +27,7 @@ from typing import Any
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig
 from daemon.document.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
+from daemon.engines.mineru.engine import MinerUEngine
 
 _HOG: list[bytearray] = []
 
@@ -115,3 +116,16 @@ class FigureEngine:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class RandomReaderMinerU(MinerUEngine):
+    """The real `mineru` engine on the tiny model, made to read at random (fixed seed) by
+    `tests.tinymodel.make_random_reader`, so a worker process gives page-dependent output
+    that batching could disturb."""
+
+    def load(self) -> EngineInfo:
+        from tests.tinymodel import make_random_reader
+
+        info = super().load()
+        make_random_reader(self)
+        return info

@@ -8,24 +8,29 @@ another row's image, a padding offset or a row stopped at the wrong step.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from PIL import Image, ImageDraw
 
-from daemon.config.settings import EngineConfig
-from daemon.document.page import PageInput, PageOptions
+from daemon.config.settings import Config, EngineConfig
+from daemon.document.page import PageInput, PageOptions, no_progress
 from daemon.engines.mineru.engine import MinerUEngine, client_defaults, make_helper, run_page
 from daemon.engines.mineru.runtimes.base import Prediction
 from daemon.engines.mineru.runtimes.transformers_generate import (
+    BLOCK,
     GenRequest,
     RowDone,
     capped,
     estimate_prompt_tokens,
     plan_batches,
 )
-from tests.tinymodel import randomize_language_model, tiny_model_once
+from daemon.work.pipeline import PagePipeline
+from daemon.work.protocol import ParsePage
+from tests.tinymodel import make_random_reader, randomize_language_model, tiny_model_once
 
 
 @pytest.fixture(scope="module")
@@ -201,3 +206,169 @@ def test_engine_parses_a_page_through_the_batched_path(engine: MinerUEngine) -> 
     tokens = result.info["layout_decode_tokens"]
     assert isinstance(tokens, int) and tokens <= 8
     assert result.blocks == []
+
+
+# ---------------------------------------------------------------- pages batched together
+
+# Small caps keep the tiny model quick; the layout cap is above where some pages end.
+DOC_OPTIONS = PageOptions(
+    text_layer="off", dpi=50, max_new_tokens_layout=40, max_new_tokens_block=12
+)
+LAYOUT_PROMPT = client_defaults()["prompts"]["[layout]"]
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinerUEngine]:
+    folder = tiny_model_once(tmp_path_factory.mktemp("tiny-mineru-reader"))
+    engine = MinerUEngine(
+        EngineConfig(model=str(folder), precision="fp32", page_batch=4, batch_size=4)
+    )
+    engine.load()
+    make_random_reader(engine)
+    yield engine
+    engine.close()
+
+
+class Calls:
+    """Each generate() call of the engine: its rows' prompts (what kind of step they are)."""
+
+    def __init__(self, engine: MinerUEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+        generator = engine._generator
+        assert generator is not None
+        self.prompts: list[list[str]] = []
+        original = generator.generate
+
+        def generate(rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+            self.prompts.append([r.prompt for r in rows])
+            return original(rows, on_done)
+
+        monkeypatch.setattr(generator, "generate", generate)
+
+    def layout_rows(self) -> list[int]:
+        return [sum(p == LAYOUT_PROMPT for p in call) for call in self.prompts]
+
+
+def document(tmp_path: Path, pages: int) -> tuple[Path, Any, Config]:
+    from daemon.input.sniff import inspect
+
+    # A scan: pages that differ in their pixels (the model only sees those), saved as a
+    # PDF by Pillow.
+    images = []
+    for i in range(pages):
+        image = Image.new("RGB", (425, 550), "white")
+        draw = ImageDraw.Draw(image)
+        draw.text((30, 30), f"Page {i + 1} " + "word " * (3 + 5 * i), fill="black")
+        draw.rectangle((20, 100 + 40 * i, 400, 140 + 60 * i), fill=(i * 30 % 255, 0, 0))
+        images.append(image)
+    pdf = tmp_path / "doc.pdf"
+    images[0].save(pdf, save_all=True, append_images=images[1:], resolution=50.0)
+    cfg = Config(
+        inboxes=(), outbox=tmp_path / "o", archive=tmp_path / "a", failed=tmp_path / "f",
+        duplicates=tmp_path / "d", state_dir=tmp_path / "s",
+    )
+    return pdf, inspect(pdf, passwords=(), limits=cfg.limits), cfg
+
+
+def test_pages_batched_together_equal_pages_one_at_a_time(
+    reader: MinerUEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.input.raster import render_page
+    from daemon.work.crops import finish_page
+
+    pages = 7
+    pdf, doc, cfg = document(tmp_path, pages)
+    calls = Calls(reader, monkeypatch)
+    alone = []
+    for i in range(pages):
+        page = render_page(pdf, doc, i, dpi=DOC_OPTIONS.dpi, max_long_side=4000,
+                           max_image_pixels=cfg.limits.max_image_pixels)
+        alone.append(finish_page(page, reader.parse_page(page, DOC_OPTIONS, no_progress)))
+    alone_calls = len(calls.prompts)
+    assert calls.layout_rows().count(1) == pages  # one page at a time: one layout row
+
+    # The worker's page pipeline, asked page by page with the supervisor's lookahead: up to
+    # page_batch pages in the engine at once, from threads.
+    progress: dict[int, list[tuple[int, int, str]]] = {}
+    pipeline = PagePipeline(
+        reader, cfg, 1, pdf, doc, DOC_OPTIONS,
+        lambda idx, done, total, what, _n: progress.setdefault(idx, []).append(
+            (done, total, what)
+        ),
+    )
+    assert pipeline.in_flight == 4
+    calls.prompts.clear()
+    answers = [
+        pipeline.run(ParsePage(1, str(pdf), k, DOC_OPTIONS, tuple(range(k + 1, min(pages, k + 4)))))
+        for k in range(pages)
+    ]
+    pipeline.close()
+
+    assert [a.page_idx for a in answers] == list(range(pages))  # answered in page order
+    for k, (answer, single) in enumerate(zip(answers, alone, strict=True)):
+        assert answer.model_output == single.model_output, f"page {k + 1}"
+        assert list(answer.blocks) == single.blocks, f"page {k + 1}"
+        assert answer.crops == single.crops
+        # block progress of its own, ending at "all of its blocks done"
+        blocks = [p for p in progress[k] if p[2] == "block"]
+        total = single.info["model_blocks"]
+        assert blocks[0] == (0, total, "block") and blocks[-1] == (total, total, "block")
+    # Layout steps of several pages shared calls; all in fewer generate() calls.
+    assert max(calls.layout_rows()) >= 3, calls.prompts
+    assert len(calls.prompts) < alone_calls
+    # The document really had pages ending at different lengths and rows at different
+    # steps (some capped, some not), and each page its own blocks.
+    layout_tokens = [r.info["layout_decode_tokens"] for r in alone]
+    assert len(set(layout_tokens)) > 2
+    assert max(layout_tokens) == DOC_OPTIONS.max_new_tokens_layout
+    assert len({str(r.model_output) for r in alone}) > pages // 2  # most read differently
+    assert any(0 < r.info["truncated_blocks"] < r.info["model_blocks"] for r in alone)
+
+
+def test_a_batch_that_fails_is_run_again_page_by_page(
+    reader: MinerUEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batcher, generator = reader._batcher, reader._generator
+    assert batcher is not None and generator is not None
+    good, bad = requests()[0], requests()[3]
+    expected = generator.generate([good], lambda _row: None)
+    original = generator.generate
+    seen: list[int] = []
+
+    def generate(rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        seen.append(len(rows))
+        if any(r.image is bad.image for r in rows):
+            raise ValueError("this crop breaks the model")
+        return original(rows, on_done)
+
+    monkeypatch.setattr(generator, "generate", generate)
+    # Both pages enter the engine before either asks, so their rows meet in one batch.
+    inside = threading.Barrier(2)
+    outcome: dict[int, Any] = {}
+
+    def page(idx: int, request: GenRequest) -> None:
+        with batcher.page():
+            inside.wait()
+            try:
+                outcome[idx] = batcher.run(idx, BLOCK, [request], lambda _row: None)
+            except ValueError as exc:
+                outcome[idx] = exc
+
+    threads = [threading.Thread(target=page, args=a) for a in ((0, good), (1, bad))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert seen[0] == 2 and sorted(seen[1:]) == [1, 1]  # together, then each page alone
+    assert outcome[0] == expected
+    assert isinstance(outcome[1], ValueError)
+
+
+def test_a_render_that_fails_does_not_keep_the_others_waiting(reader: MinerUEngine) -> None:
+    batcher = reader._batcher
+    assert batcher is not None
+    with pytest.raises(OSError), reader.coming_page():
+        raise OSError("the page could not be rendered")
+    # Nobody is announced any more: a lone page's layout runs at once.
+    page = PageInput(Image.new("RGB", (300, 400), "white"), 0, 1, 72)
+    result = reader.parse_page(page, PageOptions(max_new_tokens_layout=4), no_progress)
+    assert result.info["layout_decode_tokens"] <= 4

@@ -249,3 +249,55 @@ def randomize_language_model(model: Any, generator: Any) -> None:
             param.copy_(torch.randn(param.shape, generator=generator) * param.shape[1] ** -0.5)
     embed = model.model.language_model.embed_tokens.weight
     embed.copy_(torch.randn(embed.shape, generator=generator))
+
+
+def make_random_reader(engine: Any, seed: int = 1) -> None:
+    """Turn a loaded tiny `MinerUEngine` into a reader whose answers depend on its input.
+
+    Random decoder and head (fixed seed), and the end-of-turn token made to win wherever
+    the token that one probe row writes fourth would have won: some rows then end early and
+    others run to their cap, so rows of a batch end at different steps. The layout parser
+    is swapped for `blocks_from_any_text`: a random decoder never writes MinerU's layout
+    grammar, and each page must still get blocks of its own for the block step.
+    """
+    import torch
+    from PIL import Image, ImageDraw
+
+    client = engine._client.client
+    model, processor = client.model, client.processor
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        randomize_language_model(model, generator)
+        head = model.lm_head.weight
+        head.copy_(torch.randn(head.shape, generator=generator) * 0.125)
+        image = Image.new("RGB", (500, 300), "white")
+        ImageDraw.Draw(image).rectangle((40, 2, 499, 150), outline="red")
+        text = processor.apply_chat_template(
+            client.build_messages("\nTable Recognition:"),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        inputs = processor(text=[text], images=[image], return_tensors="pt")
+        ids = model.generate(**inputs, max_new_tokens=4, do_sample=False)
+        eos = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        head[eos] = head[int(ids[0, -1])] * 1.5
+    engine._client.helper.parse_layout_output = blocks_from_any_text
+
+
+def blocks_from_any_text(output: str) -> list[Any]:
+    """1-3 layout blocks whose types and boxes follow the raw layout text (see above).
+
+    Deterministic in `output`, so a page whose layout step generated other tokens gets
+    other blocks: a batch that changed a layout row would change the page's block work.
+    """
+    from mineru_vl_utils.structs import ContentBlock
+
+    code = sum(map(ord, output))
+    kinds = ("text", "table", "equation", "title")
+    blocks = []
+    for i in range(1 + code % 3):
+        x0 = 0.05 + 0.1 * ((code >> i) % 3)
+        y0 = 0.05 + 0.3 * i
+        blocks.append(ContentBlock(kinds[(code // 3 + i) % 4], [x0, y0, 0.95, y0 + 0.1 + 0.05 * i],
+                                   angle=0))
+    return blocks
