@@ -8,6 +8,8 @@ another row's image, a padding offset or a row stopped at the wrong step.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -248,11 +250,8 @@ class Calls:
         return [sum(p == LAYOUT_PROMPT for p in call) for call in self.prompts]
 
 
-def document(tmp_path: Path, pages: int) -> tuple[Path, Any, Config]:
-    from daemon.input.sniff import inspect
-
-    # A scan: pages that differ in their pixels (the model only sees those), saved as a
-    # PDF by Pillow.
+def scan_pdf(path: Path, pages: int) -> Path:
+    """A scan whose pages differ in their pixels (all the model sees), saved by Pillow."""
     images = []
     for i in range(pages):
         image = Image.new("RGB", (425, 550), "white")
@@ -260,8 +259,14 @@ def document(tmp_path: Path, pages: int) -> tuple[Path, Any, Config]:
         draw.text((30, 30), f"Page {i + 1} " + "word " * (3 + 5 * i), fill="black")
         draw.rectangle((20, 100 + 40 * i, 400, 140 + 60 * i), fill=(i * 30 % 255, 0, 0))
         images.append(image)
-    pdf = tmp_path / "doc.pdf"
-    images[0].save(pdf, save_all=True, append_images=images[1:], resolution=50.0)
+    images[0].save(path, save_all=True, append_images=images[1:], resolution=50.0)
+    return path
+
+
+def document(tmp_path: Path, pages: int) -> tuple[Path, Any, Config]:
+    from daemon.input.sniff import inspect
+
+    pdf = scan_pdf(tmp_path / "doc.pdf", pages)
     cfg = Config(
         inboxes=(), outbox=tmp_path / "o", archive=tmp_path / "a", failed=tmp_path / "f",
         duplicates=tmp_path / "d", state_dir=tmp_path / "s",
@@ -372,3 +377,55 @@ def test_a_render_that_fails_does_not_keep_the_others_waiting(reader: MinerUEngi
     page = PageInput(Image.new("RGB", (300, 400), "white"), 0, 1, 72)
     result = reader.parse_page(page, PageOptions(max_new_tokens_layout=4), no_progress)
     assert result.info["layout_decode_tokens"] <= 4
+
+
+def run_scan(root: Path, model: Path, page_batch: int, *, kill: bool) -> dict[str, bytes]:
+    """A 9-page scan through a real supervisor and worker; its output files by name."""
+    from daemon.intake.ingest import Ingestor
+    from daemon.jobs.states import JobState
+    from tests.conftest import present
+    from tests.test_supervisor import drive, setup, stop
+
+    root.mkdir()
+    engine = {
+        "name": "tests.plugins:RandomReaderMinerU", "fallback_engine": None,
+        "model": str(model), "precision": "fp32", "page_batch": page_batch,
+        "batch_size": 4, "text_layer": "off", "dpi": DOC_OPTIONS.dpi,
+        "max_new_tokens_layout": 120, "max_new_tokens_block": 40,
+    }  # fmt: skip
+    cfg, store, sup, clock = setup(root, engine=engine)
+    pdf = scan_pdf(cfg.inboxes[0].path / "scan.pdf", 9)
+    found = Ingestor(cfg, store, clock).ingest(cfg.inboxes[0], pdf)
+    assert found is not None
+    jid = found.job.id
+    if kill:
+        drive(sup, clock, lambda: present(store.job(jid)).pages_done >= 1, limit=300)
+        assert sup.proc is not None and sup.proc.pid is not None
+        assert present(store.job(jid)).pages_done == 1
+        os.kill(sup.proc.pid, signal.SIGKILL)  # pages it finished ahead die with it
+        drive(sup, clock, lambda: present(store.job(jid)).crashes == 1)
+        clock.now += 10  # past the restart back-off
+    drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE, limit=300)
+    assert present(store.job(jid)).crashes == int(kill)
+    files = {
+        f.name: f.read_bytes()
+        for f in sorted((cfg.outbox / "scan").rglob("*"))
+        # meta.json holds timings, and the sha256 of a PDF Pillow stamped with the time
+        if f.is_file() and not f.name.endswith("meta.json")
+    }
+    stop(sup, clock)
+    return files
+
+
+@pytest.mark.integration
+def test_a_worker_killed_in_the_middle_of_a_batch_resumes_to_the_same_document(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Real supervisor and worker processes: page_batch 1 against page_batch 4 with the
+    worker killed (SIGKILL) once the first page is committed while the pages batched with
+    it are still in the worker. The resumed document is the same, file for file."""
+    model = tiny_model_once(tmp_path_factory.mktemp("tiny-mineru-crash"))
+    alone = run_scan(tmp_path / "page_batch_1", model, 1, kill=False)
+    batched = run_scan(tmp_path / "page_batch_4", model, 4, kill=True)
+    assert "scan_model.json" in alone and "scan.md" in alone
+    assert batched == alone
