@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ class Call:
     decode_seconds: float = 0.0  # first new token -> last new token
     forced_tokens: list[int] = field(default_factory=list)  # per row
     total_seconds: float = 0.0
+    pages: list[int] = field(default_factory=list)  # page index of each row (documents)
 
 
 class TimingStreamer:
@@ -67,6 +69,16 @@ class TimingStreamer:
             self.inner.end()
 
 
+@dataclass(frozen=True)
+class PageWork:
+    """What one page of a document is forced to (several pages may be in the engine)."""
+
+    page_idx: int
+    layout_text: str
+    n_layout: int
+    block_tokens: dict[tuple[int, int, int, int], int]
+
+
 @dataclass
 class Probe:
     layout_text: str
@@ -80,17 +92,22 @@ class Probe:
     calls: list[Call] = field(default_factory=list)
     forced: dict[int, int] = field(default_factory=dict)  # id(crop) -> tokens
     row_caps: list[int] = field(default_factory=list)
+    row_pages: list[int] = field(default_factory=list)
+    call_phase: str | None = None  # set per call when the rows tell (documents)
+    finished: list[Call] = field(default_factory=list)  # calls done, not yet logged
+    # id(image) -> page index, and which of those images are layout images (documents)
+    page_of: dict[int, int] = field(default_factory=dict)
+    layout_images: set[int] = field(default_factory=set)
+    local: threading.local = field(default_factory=threading.local)  # .work: PageWork
+    lock: threading.Lock = field(default_factory=threading.Lock)
     _vision_started: float = 0.0
+
+    def work(self) -> PageWork | None:
+        """The page this thread is parsing (BenchMinerU), None outside a document."""
+        return getattr(self.local, "work", None)
 
     def scaled(self, tokens: int) -> int:
         return max(2, round(tokens * self.token_scale))
-
-    def reset_page(self, layout_text: str, n_layout: int, block_tokens: dict[Any, int]) -> None:
-        self.layout_text, self.n_layout = layout_text, n_layout
-        self.block_tokens = block_tokens
-        self.phase = "layout"
-        self.forced = {}
-        self.calls = []
 
 
 def plan_probe(plan: dict[str, Any], m_block: int, token_scale: float) -> Probe:
@@ -119,25 +136,48 @@ def instrument(
         probe.layout_parsed_at = time.monotonic()
         probe.generated_layout_chars = len(output)
         probe.phase = "block"
-        return original_parse(probe.layout_text)
+        work = probe.work()
+        return original_parse(work.layout_text if work else probe.layout_text)
 
     helper.parse_layout_output = parse_layout_output
+
+    original_layout = helper.prepare_for_layout
+
+    def prepare_for_layout(image: Any, *args: Any, **kwargs: Any) -> Any:
+        layout_image = original_layout(image, *args, **kwargs)
+        work = probe.work()
+        if work is not None:
+            with probe.lock:
+                probe.forced[id(layout_image)] = probe.scaled(work.n_layout)
+                probe.page_of[id(layout_image)] = work.page_idx
+                probe.layout_images.add(id(layout_image))
+        return layout_image
+
+    helper.prepare_for_layout = prepare_for_layout
 
     original_prepare = helper.prepare_for_extract
 
     def prepare_for_extract(image: Any, blocks: Any, *args: Any, **kwargs: Any) -> Any:
         images, prompts, params, indices = original_prepare(image, blocks, *args, **kwargs)
-        for crop, idx in zip(images, indices, strict=True):
-            tokens = probe.block_tokens.get(_key(blocks[idx].bbox), probe.m_block)
-            probe.forced[id(crop)] = probe.scaled(tokens)
+        work = probe.work()
+        tokens_of = work.block_tokens if work else probe.block_tokens
+        with probe.lock:
+            for crop, idx in zip(images, indices, strict=True):
+                tokens = tokens_of.get(_key(blocks[idx].bbox), probe.m_block)
+                probe.forced[id(crop)] = probe.scaled(tokens)
+                probe.layout_images.discard(id(crop))  # an id freed and reused
+                if work is not None:
+                    probe.page_of[id(crop)] = work.page_idx
         return images, prompts, params, indices
 
     helper.prepare_for_extract = prepare_for_extract
 
     def cap_of(image: Any) -> int:
+        if id(image) in probe.forced:
+            return probe.forced[id(image)]
         if probe.phase == "layout":
             return probe.scaled(probe.n_layout)
-        return probe.forced.get(id(image), probe.scaled(probe.m_block))
+        return probe.scaled(probe.m_block)
 
     if generator is not None:
         original_rows = generator.generate
@@ -145,6 +185,11 @@ def instrument(
         def generate_rows(rows: Any, on_done: Any) -> Any:
             rows = [dataclasses.replace(r, max_new_tokens=cap_of(r.image)) for r in rows]
             probe.row_caps = [r.max_new_tokens for r in rows]
+            if probe.page_of:  # a document: the rows say which step and which pages
+                ids = [id(r.image) for r in rows]
+                layout = all(i in probe.layout_images for i in ids)
+                probe.call_phase = "layout" if layout else "block"
+                probe.row_pages = [probe.page_of.get(i, -1) for i in ids]
             return original_rows(rows, on_done)
 
         generator.generate = generate_rows
@@ -180,7 +225,13 @@ def instrument(
         kwargs["min_new_tokens"] = n  # no early end-of-turn; rows stop at their own cap
         streamer = TimingStreamer(kwargs.pop("streamer", None))
         kwargs["streamer"] = streamer
-        call = Call(phase=probe.phase, forced_tokens=caps, rows=len(caps))
+        call = Call(
+            phase=probe.call_phase or probe.phase,
+            forced_tokens=caps,
+            rows=len(caps),
+            pages=probe.row_pages,
+        )
+        probe.call_phase, probe.row_pages = None, []
         input_ids = kwargs.get("input_ids")
         if input_ids is not None:
             call.prompt_tokens = int(input_ids.shape[-1])
@@ -196,6 +247,8 @@ def instrument(
             call.prefill_seconds = streamer.stamps[0] - start
             call.decode_steps = len(streamer.stamps)
             call.decode_seconds = streamer.stamps[-1] - streamer.stamps[0]
+        with probe.lock:
+            probe.finished.append(call)
         return out
 
     model.generate = generate
@@ -206,6 +259,11 @@ class BenchMinerU(MinerUEngine):
 
     engine.options: `plans` (a JSON file: one page plan per page index), `log` (JSONL
     output), `token_scale` (1.0; smaller only for smoke runs).
+
+    With engine.page_batch > 1 several pages are in the engine at once (threads) and their
+    rows share generate() calls: each page's work is kept per thread, each call records the
+    pages of its rows, and a page's log line carries the calls finished since the previous
+    line (with page_batch 1, exactly that page's calls).
     """
 
     name = "mineru"
@@ -224,17 +282,25 @@ class BenchMinerU(MinerUEngine):
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
         plan = self._plans[page.page_idx]
-        self._probe.reset_page(plan["layout"], plan["layout_tokens"], block_tokens(plan))
+        probe = self._probe
+        probe.local.work = PageWork(
+            page.page_idx, plan["layout"], plan["layout_tokens"], block_tokens(plan)
+        )
         started_wall, started = time.time(), time.monotonic()
-        result = super().parse_page(page, options, progress)
+        try:
+            result = super().parse_page(page, options, progress)
+        finally:
+            probe.local.work = None
         ended = time.monotonic()
-        record = {
-            "page_idx": page.page_idx,
-            "started_wall": started_wall,
-            "started": started,
-            "ended": ended,
-            "calls": [vars(c) for c in self._probe.calls],
-        }
-        with self._log.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+        with probe.lock:
+            calls, probe.finished = probe.finished, []
+            record = {
+                "page_idx": page.page_idx,
+                "started_wall": started_wall,
+                "started": started,
+                "ended": ended,
+                "calls": [vars(c) for c in calls],
+            }
+            with self._log.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record) + "\n")
         return result

@@ -11,9 +11,12 @@ bench_engine.py for how it is forced and timed).
 - `--realistic`: a real corpus page (docling__amt_handbook_sample.pdf, 17 blocks on their
   real regions from its text layer; bench/realistic.py), the layout step forced to the token
   count of MinerU's layout string for those blocks and each block to the token count of its
-  real text (Qwen2's BPE), plus the `document` path: a 4-page PDF (docling__normal_4pages)
-  through the real supervisor and worker (`daemon.cli.parse.parse_files`), for the time the
-  model sits idle between pages.
+  real text (Qwen2's BPE), plus the document paths: a 4-page PDF (docling__normal_4pages)
+  and a 12-page one (the first 12 pages of docling__redp5110_sampled) through the real
+  supervisor and worker (`daemon.cli.parse.parse_files`), each page forced to its own plan:
+  `document` with engine.page_batch 1, `document-batched` with the default page_batch
+  (several pages' model steps in shared generate() calls); seconds per page and where the
+  time went (vision, LM prefill, decode, outside generate()).
 
 Paths: `reference` (mineru-vl-utils README: load_transformers_model(path) -> dtype="auto",
 + MinerUClient(backend="transformers").two_step_extract; device_map=None instead of "auto",
@@ -23,7 +26,7 @@ default precision) and `fp32`/`bf16`/`mixed`/`int8`/`bf16-int8` (MinerUEngine, t
 off, engine.batch_size blocks per generate()), `textlayer` (the defaults a user gets:
 precision auto, text_layer auto), `llama-cpp` (MinerU 4's mineru-llama-cpp engine on the
 Q8_0 GGUF pair of the same random model, in bench/.venv-llama; bench/llama_child.py) and
-`document` (realistic only).
+`document`, `document-batched` (realistic only).
 
     python bench/make_model.py          # once
     python bench/make_gguf.py           # once, for llama-cpp
@@ -56,11 +59,12 @@ DEFAULT_PDF = REPO.parent / "shared" / "corpus" / "pdf" / "docling__2305.03393v1
 DEFAULT_OUT = CACHE / "results.json"
 LLAMA_PYTHON = BENCH / ".venv-llama" / "bin" / "python"
 PRECISION_PATHS = ("auto", "fp32", "bf16", "mixed", "int8", "bf16-int8")
-ALL_PATHS = ("reference", *PRECISION_PATHS, "textlayer", "llama-cpp", "document")
+DOCUMENT_PATHS = ("document", "document-batched")
+ALL_PATHS = ("reference", *PRECISION_PATHS, "textlayer", "llama-cpp", *DOCUMENT_PATHS)
 FORCED_PATHS = ("auto", "reference", "int8", "bf16-int8", "mixed", "bf16", "fp32", "textlayer")
 REALISTIC_PATHS = (
-    "auto", "reference", "llama-cpp", "textlayer", "document", "int8", "bf16-int8", "bf16",
-    "mixed", "fp32",
+    "auto", "reference", "llama-cpp", "textlayer", "document", "document-batched", "int8",
+    "bf16-int8", "bf16", "mixed", "fp32",
 )  # fmt: skip
 
 # The fixed layout of the default mode (MinerU's format: boxes in 0..1000 of the page). Boxes
@@ -133,7 +137,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
     import_seconds = time.monotonic() - t_import
     path: str = spec["path"]
-    if path == "document":
+    if path in DOCUMENT_PATHS:
         return document_child(spec, import_seconds)
     model_dir: str = spec["model"]
     image = Image.open(spec["image"]).convert("RGB")
@@ -260,26 +264,57 @@ def _ms_per_step(calls: list[dict[str, Any]]) -> float | None:
 
 
 def document_child(spec: dict[str, Any], import_seconds: float) -> dict[str, Any]:
-    """A multi-page PDF through the real supervisor and worker (`docinbox parse`'s code)."""
+    """Multi-page PDFs through the real supervisor and worker (`docinbox parse`'s code).
+
+    `document`: engine.page_batch 1 (one page at a time in the engine, the next one rendered
+    ahead); `document-batched`: the default page_batch (several pages' model steps share
+    generate() calls). One fresh worker per document, so its load is not in the per-page
+    figures: seconds per page = from the first page's start in the engine to the last
+    page's end, over the pages.
+    """
+
+    from daemon.config.settings import EngineConfig
+
+    path: str = spec["path"]
+    page_batch = 1 if path == "document" else EngineConfig().page_batch
+    record: dict[str, Any] = {
+        "path": path,
+        "page_batch": page_batch,
+        "import_seconds": round(import_seconds, 2),
+        "documents": [],
+    }
+    for n, doc in enumerate(spec["documents"]):
+        record["documents"].append(_one_document(spec, doc, page_batch, n))
+    # ru_maxrss of the largest finished child: a worker process.
+    record["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)
+    return record
+
+
+def _one_document(
+    spec: dict[str, Any], doc: dict[str, Any], page_batch: int, n: int
+) -> dict[str, Any]:
     import dataclasses
     import tempfile
 
     from daemon.cli.parse import parse_files
     from daemon.config.settings import Config
 
-    logs = Path(spec["result_path"]).with_suffix(".pages.jsonl")
+    stem = Path(spec["result_path"]).with_suffix("")
+    logs = stem.with_name(f"{stem.name}.doc{n}.pages.jsonl")
     logs.unlink(missing_ok=True)
-    plans = Path(spec["result_path"]).with_suffix(".plans.json")
-    plans.write_text(json.dumps(spec["document_plans"]))
+    plans = stem.with_name(f"{stem.name}.doc{n}.plans.json")
+    plans.write_text(json.dumps(doc["plans"]))
     # The worker is spawned: it finds the plugin engine through PYTHONPATH.
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCH)])
     options = {"plans": str(plans), "log": str(logs), "token_scale": spec.get("token_scale", 1.0)}
     biggest = {
-        "layout_tokens": max(p["layout_tokens"] for p in spec["document_plans"]),
-        "blocks": [b for p in spec["document_plans"] for b in p["blocks"]],
+        "layout_tokens": max(p["layout_tokens"] for p in doc["plans"]),
+        "blocks": [b for p in doc["plans"] for b in p["blocks"]],
     }
     engine = _engine_config({**spec, "plan": biggest}, "auto", "off", options=options)
-    engine = dataclasses.replace(engine, name="bench_engine:BenchMinerU", fallback_engine=None)
+    engine = dataclasses.replace(
+        engine, name="bench_engine:BenchMinerU", fallback_engine=None, page_batch=page_batch
+    )
     with tempfile.TemporaryDirectory(prefix="bench-doc-") as tmp:
         t = Path(tmp)
         cfg = Config(
@@ -292,45 +327,44 @@ def document_child(spec: dict[str, Any], import_seconds: float) -> dict[str, Any
             engine=engine,
         )
         t0 = time.monotonic()
-        code = parse_files([Path(spec["document"])], t / "out", cfg)
+        code = parse_files([Path(doc["document"])], t / "out", cfg)
         t1 = time.monotonic()
     pages = [json.loads(line) for line in logs.read_text().splitlines()] if logs.is_file() else []
-    pages.sort(key=lambda p: p["started"])
-    record: dict[str, Any] = {
-        "path": "document",
+    pages.sort(key=lambda p: p["page_idx"])
+    calls = [c for p in pages for c in p["calls"]]
+    out: dict[str, Any] = {
+        "document": doc["document"],
+        "page_count": len(doc["plans"]),
         "exit_code": int(code),
-        "import_seconds": round(import_seconds, 2),
         "wall_seconds": round(t1 - t0, 2),
         "pages": [],
-        # ru_maxrss of the largest finished child: the worker process.
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
     }
-    busy = 0.0
-    prev_end: float | None = None
     for page in pages:
-        inside = sum(c["total_seconds"] for c in page["calls"])
-        busy += inside
-        record["pages"].append(
+        out["pages"].append(
             {
                 "page_idx": page["page_idx"],
-                "page_seconds": round(page["ended"] - page["started"], 2),
-                "generate_seconds": round(inside, 2),
-                "idle_before_seconds": (
-                    round(page["started"] - prev_end, 2) if prev_end is not None else None
-                ),
-                **phases(page["calls"], page["ended"] - page["started"]),
+                "in_engine_seconds": round(page["ended"] - page["started"], 2),
+                "calls_logged": len(page["calls"]),
             }
         )
-        prev_end = page["ended"]
     if pages:
-        span = pages[-1]["ended"] - pages[0]["started"]
-        record["first_page_start_after_seconds"] = round(pages[0]["started"] - t0, 2)
-        record["span_seconds"] = round(span, 2)
-        record["model_busy_fraction"] = round(busy / span, 4) if span else None
-        record["idle_between_pages_seconds"] = round(
-            sum(p["idle_before_seconds"] or 0 for p in record["pages"]), 2
-        )
-    return record
+        first = min(p["started"] for p in pages)
+        span = max(p["ended"] for p in pages) - first
+        out["first_page_start_after_seconds"] = round(first - t0, 2)
+        out["span_seconds"] = round(span, 2)
+        out["seconds_per_page"] = round(span / len(pages), 2)
+        # Where the span went, over every generate() call of the document.
+        out.update(phases(calls, span))
+        inside = sum(c["total_seconds"] for c in calls)
+        out["model_busy_fraction"] = round(inside / span, 4) if span else None
+        layout = [c for c in calls if c["phase"] == "layout"]
+        blocks = [c for c in calls if c["phase"] == "block"]
+        out["layout_calls"] = len(layout)
+        out["layout_rows"] = sum(c["rows"] for c in layout)
+        out["block_calls"] = len(blocks)
+        out["block_rows"] = sum(c["rows"] for c in blocks)
+        out["calls_with_several_pages"] = sum(len(set(c.get("pages") or [])) > 1 for c in calls)
+    return out
 
 
 # ---------------------------------------------------------------------------- parent side
@@ -475,7 +509,7 @@ def _ratio(record: dict[str, Any], other: dict[str, Any] | None) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    paths = [r for r in results["paths"] if "error" not in r and r["path"] != "document"]
+    paths = [r for r in results["paths"] if "error" not in r and r["path"] not in DOCUMENT_PATHS]
     ref = next((r for r in paths if r["path"] == "reference"), None)
     llama = next((r for r in paths if r["path"] == "llama-cpp"), None)
     m = results.get("machine", {})
@@ -537,29 +571,44 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(r['recognition_seconds'])} | {_fmt(r['page_seconds'])} "
                 f"| {_ratio(r, ref)} |"
             )
-    doc = next((r for r in results["paths"] if r["path"] == "document" and "pages" in r), None)
-    if doc:
+    docs = [r for r in results["paths"] if r["path"] in DOCUMENT_PATHS and "documents" in r]
+    if docs:
+        unbatched = {
+            d["document"]: d
+            for r in docs
+            if r["path"] == "document"
+            for d in r["documents"]
+            if d.get("seconds_per_page")
+        }
         lines += [
             "",
-            f"document: {Path(settings.get('document', '?')).name}, {len(doc['pages'])} pages "
-            f"through supervisor + worker, precision auto, wall {_fmt(doc['wall_seconds'])} s "
-            f"(first page started {_fmt(doc.get('first_page_start_after_seconds'))} s after "
-            f"the start: worker spawn + model load), model busy "
-            f"{100 * (doc.get('model_busy_fraction') or 0):.1f} % of the pages' span, idle "
-            f"between pages {_fmt(doc.get('idle_between_pages_seconds'))} s, worker peak RSS "
-            f"{_fmt(doc['peak_rss_mb'])} MB",
+            "documents through supervisor + worker (precision auto, text_layer off; seconds per "
+            "page = first page in the engine -> last page out, over the pages; model load not "
+            "included):",
             "",
-            "| page | page s | in generate() s | idle before s | vision s | LM prefill s "
-            "| decode s | outside generate s |",
-            "|---|---|---|---|---|---|---|---|",
+            "| path | page_batch | document | pages | s/page | vs document | vision s "
+            "| LM prefill s | decode s | outside generate s | layout calls (rows) "
+            "| block calls (rows) | calls with several pages | worker peak RSS MB | load avg |",
+            "|" + "---|" * 15,
         ]
-        for p in doc["pages"]:
-            lines.append(
-                f"| {p['page_idx'] + 1} | {_fmt(p['page_seconds'])} "
-                f"| {_fmt(p['generate_seconds'])} | {_fmt(p['idle_before_seconds'])} "
-                f"| {_fmt(p['vision_seconds'])} | {_fmt(p['prefill_seconds'])} "
-                f"| {_fmt(p['decode_seconds'])} | {_fmt(p['outside_generate_seconds'])} |"
-            )
+        for r in docs:
+            for d in r["documents"]:
+                if not d.get("seconds_per_page"):
+                    lines.append(f"| {r['path']} | FAILED: exit {d.get('exit_code')} |")
+                    continue
+                base = unbatched.get(d["document"])
+                ratio = (
+                    f"{d['seconds_per_page'] / base['seconds_per_page']:.2f}×" if base else "–"
+                )
+                lines.append(
+                    f"| {r['path']} | {r['page_batch']} | {Path(d['document']).name} "
+                    f"| {d['page_count']} | {_fmt(d['seconds_per_page'])} | {ratio} "
+                    f"| {_fmt(d['vision_seconds'])} | {_fmt(d['prefill_seconds'])} "
+                    f"| {_fmt(d['decode_seconds'])} | {_fmt(d['outside_generate_seconds'])} "
+                    f"| {d['layout_calls']} ({d['layout_rows']}) "
+                    f"| {d['block_calls']} ({d['block_rows']}) | {d['calls_with_several_pages']} "
+                    f"| {_fmt(r['peak_rss_mb'])} | {_load(r)} |"
+                )
     return "\n".join(lines)
 
 
@@ -584,11 +633,16 @@ def build_plans(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:
     }
     import pypdfium2 as pdfium
 
-    document: Path = args.document or realistic.DEFAULT_DOCUMENT
-    plans["document"] = str(document)
-    plans["document_plans"] = [
-        realistic.page_plan(document, i, count).as_dict()
-        for i in range(len(pdfium.PdfDocument(str(document))))
+    documents: list[Path] = args.document or realistic.default_documents(CACHE)
+    plans["documents"] = [
+        {
+            "document": str(document),
+            "plans": [
+                realistic.page_plan(document, i, count).as_dict()
+                for i in range(len(pdfium.PdfDocument(str(document))))
+            ],
+        }
+        for document in documents
     ]
     return plans
 
@@ -607,7 +661,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf", type=Path, default=DEFAULT_GGUF, help="make_gguf.py's folder")
     parser.add_argument("--pdf", type=Path, help="the page's PDF")
     parser.add_argument("--page", type=int, help="1-based page of --pdf")
-    parser.add_argument("--document", type=Path, help="realistic: the multi-page PDF")
+    parser.add_argument(
+        "--document",
+        type=Path,
+        action="append",
+        help="realistic: a multi-page PDF for the document paths (repeat; default: the 4-page "
+        "and the 12-page document of bench/realistic.py)",
+    )
     parser.add_argument("--dpi", type=int, default=200)
     parser.add_argument("--layout-tokens", type=int, default=64, help="forced mode: N")
     parser.add_argument("--block-tokens", type=int, default=32, help="forced mode: M per block")
@@ -634,8 +694,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(paths) - set(ALL_PATHS)
     if unknown:
         parser.error(f"unknown paths {sorted(unknown)} (known: {', '.join(ALL_PATHS)})")
-    if "document" in paths and not args.realistic:
-        parser.error("the document path needs --realistic")
+    if set(paths) & set(DOCUMENT_PATHS) and not args.realistic:
+        parser.error("the document paths need --realistic")
     sys.path.insert(0, str(REPO))
     from daemon.engines.mineru.runtimes.transformers_model import auto_precision
 
@@ -670,8 +730,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": args.batch_size,
         "token_scale": args.token_scale,
         "plan": plans["plan"],
-        "document": plans.get("document"),
-        "document_plans": plans.get("document_plans"),
+        "documents": plans.get("documents", []),
         **page,
     }
     results: dict[str, Any] = {
@@ -681,8 +740,7 @@ def main(argv: list[str] | None = None) -> int:
             "model": str(model_dir),
             "realistic": args.realistic,
             "plan": plans["plan"],
-            "document": plans.get("document"),
-            "document_plans": plans.get("document_plans"),
+            "documents": plans.get("documents", []),
             "token_scale": args.token_scale,
             "batch_size": args.batch_size,
             "page": page,
@@ -699,7 +757,10 @@ def main(argv: list[str] | None = None) -> int:
         summary = record.get("error") or (
             f"page {record['page_seconds']}s"
             if "page_seconds" in record
-            else f"document {record.get('wall_seconds')}s"
+            else ", ".join(
+                f"{Path(d['document']).name} {d.get('seconds_per_page')} s/page"
+                for d in record.get("documents", [])
+            )
         )
         print(f"[{time.strftime('%H:%M:%S')}] {path}: {summary}", flush=True)
     print()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -30,12 +31,18 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus" / "pdf"
+# The shared corpus next to the checkout; DOCINBOX_CORPUS names it from elsewhere (a
+# second worktree).
+CORPUS = Path(os.environ.get("DOCINBOX_CORPUS") or REPO.parent / "shared" / "corpus") / "pdf"
 # Two columns, headings, paragraphs, two figures with captions, page number: 20 blocks.
 DEFAULT_PAGE = (CORPUS / "docling__amt_handbook_sample.pdf", 0)
 # Four pages of a two-column report with tables (14-37 blocks, 750-1,200 block tokens per
 # page), for the page pipeline: idle time between pages, model busy share.
 DEFAULT_DOCUMENT = CORPUS / "docling__normal_4pages.pdf"
+# Twelve pages of an IBM Redbook (docling__redp5110_sampled.pdf, 18 pages): title page,
+# contents, prose, lists, a table; for batching several pages' model steps (issue 21).
+LONG_DOCUMENT_SOURCE = CORPUS / "docling__redp5110_sampled.pdf"
+LONG_DOCUMENT_PAGES = 12
 DASHSCOPE = "dashscope==2.0.2"
 RANK_FILE = "dashscope/resources/qwen.tiktoken"
 # Qwen2's pre-tokenizer: contractions, letters, ONE digit at a time, punctuation runs,
@@ -261,6 +268,27 @@ def page_plan(pdf: Path, page_idx: int, count: QwenCounter | ModelCounter) -> Pa
         layout_tokens=count.count(layout) + 1,  # + end-of-turn
         counted_with=count.name,
     )
+
+
+def long_document(cache: Path) -> Path:
+    """The 12-page document: the first pages of LONG_DOCUMENT_SOURCE, written once."""
+    import pypdfium2 as pdfium
+
+    target = cache / f"{LONG_DOCUMENT_SOURCE.stem}-{LONG_DOCUMENT_PAGES}pages.pdf"
+    if not target.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        source = pdfium.PdfDocument(str(LONG_DOCUMENT_SOURCE))
+        subset = pdfium.PdfDocument.new()
+        subset.import_pages(source, list(range(LONG_DOCUMENT_PAGES)))
+        partial = target.with_suffix(".part")
+        subset.save(str(partial))
+        partial.replace(target)
+    return target
+
+
+def default_documents(cache: Path) -> list[Path]:
+    """The document paths' documents: 4 pages and 12 pages."""
+    return [DEFAULT_DOCUMENT, long_document(cache)]
 
 
 def main() -> int:
