@@ -276,7 +276,7 @@ def document_child(spec: dict[str, Any], import_seconds: float) -> dict[str, Any
     from daemon.config.settings import EngineConfig
 
     path: str = spec["path"]
-    page_batch = 1 if path == "document" else EngineConfig().page_batch
+    page_batch = 1 if path == "document" else spec.get("page_batch") or EngineConfig().page_batch
     record: dict[str, Any] = {
         "path": path,
         "page_batch": page_batch,
@@ -674,6 +674,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--token-scale", type=float, default=1.0, help="< 1: smoke runs only")
     parser.add_argument("--threads", type=int, default=0, help="engine threads (0 = cores)")
     parser.add_argument("--batch-size", type=int, default=8, help="engine.batch_size")
+    parser.add_argument(
+        "--page-batch",
+        type=int,
+        help="document-batched: engine.page_batch (default: the config default)",
+    )
     parser.add_argument("--paths", help="comma-separated, in order (default: per mode)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--timeout", type=float, default=5400.0, help="per path, seconds")
@@ -728,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         "mmproj": str(mmproj),
         "threads": args.threads,
         "batch_size": args.batch_size,
+        "page_batch": args.page_batch,
         "token_scale": args.token_scale,
         "plan": plans["plan"],
         "documents": plans.get("documents", []),

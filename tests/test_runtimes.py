@@ -125,10 +125,54 @@ def test_llama_cpp_runtime_gives_the_same_page_in_process() -> None:
     try:
         assert info.details["runtime"] == "llama-cpp"
         assert info.model_id == TINY_MAIN.name
-        assert engine.max_pages_in_flight == 1
+        assert engine.max_pages_in_flight == EngineConfig().page_batch
         assert_tiny_page(engine.parse_page(page(), OPTIONS, no_progress))
     finally:
         engine.close()
+
+
+class CountingEngine:
+    """The llama.cpp Engine, counting how many generate() calls are inside it at once."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.lock = threading.Lock()
+        self.now = 0
+        self.peak = 0
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            return self.inner.generate(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_llama_cpp_pages_in_the_engine_together_share_its_slots() -> None:
+    server_binary()
+    llama = LlamaCppConfig(model=TINY_MAIN, mmproj=TINY_MMPROJ, threads=1, parallel=2)
+    engine = MinerUEngine(EngineConfig(runtime="llama-cpp", llama_cpp=llama, page_batch=3))
+    engine.load()
+    runtime: Any = engine._remote
+    counting = CountingEngine(runtime.engine)
+    runtime.engine = counting
+    try:
+        assert engine.max_pages_in_flight == 3  # the worker parses 3 pages at once
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            results = list(
+                pool.map(lambda i: engine.parse_page(page(i, 3), OPTIONS, no_progress), range(3))
+            )
+    finally:
+        engine.close()
+    for result in results:
+        assert_tiny_page(result)
+    assert counting.peak == 2  # layouts and blocks of 3 pages, never more than the 2 slots
 
 
 def test_llama_cpp_finds_the_pair_in_a_folder_under_minerus_names(tmp_path: Path) -> None:
