@@ -313,7 +313,11 @@ def _one_document(
     }
     engine = _engine_config({**spec, "plan": biggest}, "auto", "off", options=options)
     engine = dataclasses.replace(
-        engine, name="bench_engine:BenchMinerU", fallback_engine=None, page_batch=page_batch
+        engine,
+        name="bench_engine:BenchMinerU",
+        fallback_engine=None,
+        page_batch=page_batch,
+        dpi=spec.get("dpi") or 200,  # --dpi: the render of every page, as of the single page
     )
     with tempfile.TemporaryDirectory(prefix="bench-doc-") as tmp:
         t = Path(tmp)
