@@ -19,7 +19,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from daemon.config.settings import Config, EngineConfig
-from daemon.document.page import PageInput, PageOptions, no_progress
+from daemon.document.page import PageInput, PageOptions, PageResult, no_progress
 from daemon.engines.mineru.engine import MinerUEngine, client_defaults, make_helper, run_page
 from daemon.engines.mineru.runtimes.base import Prediction
 from daemon.engines.mineru.runtimes.transformers_generate import (
@@ -250,6 +250,13 @@ class Calls:
         return [sum(p == LAYOUT_PROMPT for p in call) for call in self.prompts]
 
 
+def count(result: PageResult, key: str) -> int:
+    """An integer fact of a page's info (typed as any JSON value)."""
+    value = result.info[key]
+    assert isinstance(value, int), (key, value)
+    return value
+
+
 def scan_pdf(path: Path, pages: int) -> Path:
     """A scan whose pages differ in their pixels (all the model sees), saved by Pillow."""
     images = []
@@ -315,18 +322,18 @@ def test_pages_batched_together_equal_pages_one_at_a_time(
         assert answer.crops == single.crops
         # block progress of its own, ending at "all of its blocks done"
         blocks = [p for p in progress[k] if p[2] == "block"]
-        total = single.info["model_blocks"]
+        total = count(single, "model_blocks")
         assert blocks[0] == (0, total, "block") and blocks[-1] == (total, total, "block")
     # Layout steps of several pages shared calls; all in fewer generate() calls.
     assert max(calls.layout_rows()) >= 3, calls.prompts
     assert len(calls.prompts) < alone_calls
     # The document really had pages ending at different lengths and rows at different
     # steps (some capped, some not), and each page its own blocks.
-    layout_tokens = [r.info["layout_decode_tokens"] for r in alone]
+    layout_tokens = [count(r, "layout_decode_tokens") for r in alone]
     assert len(set(layout_tokens)) > 2
     assert max(layout_tokens) == DOC_OPTIONS.max_new_tokens_layout
     assert len({str(r.model_output) for r in alone}) > pages // 2  # most read differently
-    assert any(0 < r.info["truncated_blocks"] < r.info["model_blocks"] for r in alone)
+    assert any(0 < count(r, "truncated_blocks") < count(r, "model_blocks") for r in alone)
 
 
 def test_a_batch_that_fails_is_run_again_page_by_page(
@@ -376,7 +383,7 @@ def test_a_render_that_fails_does_not_keep_the_others_waiting(reader: MinerUEngi
     # Nobody is announced any more: a lone page's layout runs at once.
     page = PageInput(Image.new("RGB", (300, 400), "white"), 0, 1, 72)
     result = reader.parse_page(page, PageOptions(max_new_tokens_layout=4), no_progress)
-    assert result.info["layout_decode_tokens"] <= 4
+    assert count(result, "layout_decode_tokens") <= 4
 
 
 def run_scan(root: Path, model: Path, page_batch: int, *, kill: bool) -> dict[str, bytes]:
