@@ -142,7 +142,7 @@ def test_readme_table_is_generated_from_the_registry() -> None:
     text = (REPO / "README.md").read_text(encoding="utf-8")
     assert README_BEGIN in text and README_END in text
     block = text.split(README_BEGIN, 1)[1].split(README_END, 1)[0]
-    assert block == "\n" + readme_table(), "stale: run .venv/bin/python scripts/formats_table.py"
+    assert block == "\n" + readme_table(), "stale: run .venv/bin/python scripts/readme_tables.py"
     for fmt in FORMATS:
         assert f"`{fmt.mime}`" in block
         for ext in fmt.extensions:

@@ -175,7 +175,7 @@ def _redact_options(options: object) -> object:
 
 # --------------------------------------------------------------------------------------
 # The declarations. A new key is one `setting(...)` line in the right class below (plus
-# its commented entry in config.yaml and `python scripts/config_table.py` for the README).
+# its commented entry in config.yaml and `python scripts/readme_tables.py` for the README).
 # --------------------------------------------------------------------------------------
 
 
@@ -1176,7 +1176,7 @@ def redacted_dict(cfg: Config) -> dict[str, Any]:
 
 
 README_BEGIN: Final = (
-    "<!-- config-keys: generated from daemon/config/settings.py by scripts/config_table.py -->"
+    "<!-- config-keys: generated from daemon/config/settings.py by scripts/readme_tables.py -->"
 )
 README_END: Final = "<!-- /config-keys -->"
 

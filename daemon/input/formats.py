@@ -5,7 +5,7 @@ type, how its content is recognised from the first bytes, and which `Reader` tur
 pages. Everything else is derived from `FORMATS`: the inboxes' default `patterns` (so a
 format in the registry is always taken by default), the content sniffing and the
 "named .x but the content is Y" check in `sniff.py`, the LibreOffice conversions in
-`office.py`, and the README's "What docinbox reads" table (`scripts/formats_table.py`).
+`office.py`, and the README's "What docinbox reads" table (`scripts/readme_tables.py`).
 
 Light on purpose: the daemon process reads the default patterns from here, and it never
 loads Pillow or PDFium (tests/test_daemon_imports.py). The readers themselves live in
@@ -308,7 +308,7 @@ def identify(head: Head) -> InputFormat | None:
 # ---------------------------------------------------------------------------- README
 
 README_BEGIN: Final = (
-    "<!-- input-formats: generated from daemon/input/formats.py by scripts/formats_table.py -->"
+    "<!-- input-formats: generated from daemon/input/formats.py by scripts/readme_tables.py -->"
 )
 README_END: Final = "<!-- /input-formats -->"
 
