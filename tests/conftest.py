@@ -50,6 +50,20 @@ def write_config(root: Path, **overrides: Any) -> Path:
     return path
 
 
+def require_mounting(scratch: Path) -> None:
+    """Skip the test unless this process may mount file systems (root with
+    CAP_SYS_ADMIN, not forbidden by a container): a tmpfs is mounted on `scratch` and
+    taken off again to find out."""
+    if os.geteuid() != 0:
+        pytest.skip(f"mounting needs root (CAP_SYS_ADMIN); running as uid {os.geteuid()}")
+    scratch.mkdir(parents=True, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(scratch)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
+    subprocess.run(["umount", str(scratch)], check=True)
+
+
 def wait_for(
     cond: Callable[[], T | None],
     timeout: float,

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, DaemonFactory, DaemonProc, wait_for
+from tests.conftest import REPO, DaemonFactory, DaemonProc, require_mounting, wait_for
 from tests.docgen import make_text_pdf
 
 pytestmark = pytest.mark.integration
@@ -89,16 +89,8 @@ MountTmpfs = Callable[[Path, str], Path]
 @pytest.fixture()
 def mounts(tmp_path: Path) -> Iterator[MountTmpfs]:
     """`mount_tmpfs(path, size)`; skips the test when mounting is not permitted."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (CAP_SYS_ADMIN); running as uid "
-                    f"{os.geteuid()}")
     probe = tmp_path / ".mount-probe"
-    probe.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-                       capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
-    subprocess.run(["umount", str(probe)], check=True)
+    require_mounting(probe)
     probe.rmdir()
     mounted: list[Path] = []
 

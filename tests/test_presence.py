@@ -23,6 +23,7 @@ from daemon.config.folders import check_folders
 from daemon.config.settings import InboxConfig
 from daemon.intake.presence import FolderPresence, Probe, mount_points, probe_folder
 from daemon.intake.watcher import Watcher
+from tests.conftest import require_mounting
 from tests.test_watcher import STABLE, FakeFactory, local_mounts, ticks, write
 
 LOG = "daemon.intake.presence"
@@ -352,14 +353,9 @@ def test_an_unmount_is_heard_on_the_next_tick(tmp_path: Path) -> None:
     """IN_UNMOUNT, which the kernel sends to every watch on the file system unmounted."""
     import subprocess
 
-    if os.geteuid() != 0:
-        pytest.skip(f"mounting needs root (CAP_SYS_ADMIN); running as uid {os.geteuid()}")
     inbox = tmp_path / "mnt"
-    inbox.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(inbox)],
-                       capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
+    require_mounting(inbox)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(inbox)], check=True)
     watcher = Watcher([InboxConfig(path=inbox)], stability_seconds=STABLE,
                       rescan_seconds=300.0, observer_factory=FakeFactory(), wall=lambda: WALL)
     try:

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import DaemonFactory, DaemonProc, wait_for
+from tests.conftest import DaemonFactory, DaemonProc, require_mounting, wait_for
 from tests.docgen import make_text_pdf
 from tests.test_cli import cli
 
@@ -130,15 +130,8 @@ def mounted_at(path: Path) -> bool:
 @pytest.fixture()
 def mounter(tmp_path: Path) -> Iterator[Mounter]:
     """`mount(args, target)`; skips the test when mounting is not permitted here."""
-    if os.geteuid() != 0:
-        pytest.skip(f"mounting needs root (CAP_SYS_ADMIN); running as uid {os.geteuid()}")
     probe = tmp_path / ".mount-probe"
-    probe.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
-                       capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
-    subprocess.run(["umount", str(probe)], check=True)
+    require_mounting(probe)
     probe.rmdir()
     targets: list[Path] = []
 
