@@ -55,7 +55,6 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.common.display": (0, "shared"),
     "daemon.common.units": (0, "shared"),
     "daemon.common.cpus": (0, "shared"),
-    "daemon.service.auth": (0, "shared"),
     "daemon.common.live": (0, "shared"),
     "daemon.common.mounttable": (0, "shared"),
     "daemon.output.durable": (0, "shared"),
@@ -124,6 +123,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.service.metrics": (130, "daemon"),
     "daemon.service.charts": (130, "daemon"),
     "daemon.service.web": (130, "daemon"),
+    "daemon.service.auth": (130, "daemon"),
     "daemon.service.httpserver": (140, "daemon"),
     "daemon.service.hooks": (140, "daemon"),
     # Entry points. app and parse run the daemon's own pipeline in the daemon process;

@@ -37,9 +37,9 @@ from daemon.config.settings import (
     redacted_dict,
     resolve_config_path,
 )
+from daemon.config.values import is_loopback
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
-from daemon.service.auth import is_loopback
 from daemon.service.status import Status, collect
 
 log = logging.getLogger("docinbox")

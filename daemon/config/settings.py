@@ -54,6 +54,7 @@ from daemon.config.values import (
     Ctx,
     Problem,
     echo,
+    is_loopback,
     p_bool,
     p_int,
     p_mapping,
@@ -70,7 +71,6 @@ from daemon.config.values import (
 from daemon.config.yamlfile import parse_yaml, read_text, yaml_problem
 from daemon.document.page import PageOptions, TextLayer
 from daemon.input.formats import DEFAULT_PATTERNS
-from daemon.service.auth import is_loopback
 
 __all__ = [
     "ConfigError",

@@ -9,6 +9,7 @@ Secrets are never echoed (the caller scrubs them, see config_schema.read_fields)
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import os
 import re
@@ -311,3 +312,14 @@ def p_pages(ctx: Ctx, key: str, value: object) -> object:
         )
         return INVALID
     return str(value)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a configured host (a bind address, a receiver's) is this machine only:
+    what decides that the status page needs a token and that a webhook needs https."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
