@@ -184,16 +184,25 @@ def build_options() -> list[str]:
     return options
 
 
+def image_id(podman: Podman) -> str:
+    return podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
+
+
 @pytest.fixture(scope="session")
 def image(podman: Podman) -> str:
     ensure_base_image(podman)
     pip_cache = CACHE / "pip"
     pip_cache.mkdir(parents=True, exist_ok=True)
+    previous = image_id(podman)
     r = podman("build", "--network=host", "--format", "docker", *build_options(),
                "-v", f"{pip_cache}:/root/.cache/pip", "-t", IMAGE, str(REPO),
                check=False, timeout=1800)
     if r.returncode != 0:
         pytest.fail(f"podman build failed:\n{(r.stdout + r.stderr)[-5000:]}")
+    if previous and previous != image_id(podman):
+        # The last session's image, now untagged: its own top layers go; the layers it
+        # shares with this one (the dependencies) stay as the next build's cache.
+        podman("rmi", previous, check=False)
     size = json.loads(podman("image", "inspect", IMAGE).stdout)[0]["Size"]
     print(f"\nimage {IMAGE}: {size / 1e9:.2f} GB uncompressed")
     return IMAGE
