@@ -322,10 +322,12 @@ def test_scan_duplicate_and_broken_file_owned_by_puid_on_a_read_only_root(
     broken = tmp_path / "broken.pdf"
     broken.write_bytes(b"%PDF-1.7\n" + os.urandom(4096))
     drop(broken, inbox)
-    wait_for(lambda: site.state.settled(3), 180, "the duplicate and the broken file")
+    # Built without OFFICE=1: a Word file fails with the message that names LibreOffice.
+    drop(docgen.make_docx(tmp_path / "letter.docx", ["Dear NAS owner"]), inbox)
+    wait_for(lambda: site.state.settled(4), 180, "the duplicate, broken and Word files")
 
-    assert site.state.states() == {
-        "scan.png": "done", "scan-again.png": "duplicate", "broken.pdf": "failed"}
+    assert site.state.states() == {"scan.png": "done", "scan-again.png": "duplicate",
+                                   "broken.pdf": "failed", "letter.docx": "failed"}
     md = site.data("outbox") / "scan" / "scan.md"
     assert "4711" in md.read_text(), md.read_text()
     assert (site.data("archive") / "scan.png").exists()
@@ -333,6 +335,8 @@ def test_scan_duplicate_and_broken_file_owned_by_puid_on_a_read_only_root(
     assert (site.data("failed") / "broken.pdf").exists()
     error = json.loads((site.data("failed") / "broken.pdf.error.json").read_text())
     assert error["reason"], error
+    office = json.loads((site.data("failed") / "letter.docx.error.json").read_text())
+    assert "LibreOffice, which is not installed" in office["reason"], office
     assert sorted(p.name for p in inbox.iterdir()) == []
 
     written = site.owned_files()
