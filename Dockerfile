@@ -63,7 +63,7 @@ RUN /opt/docinbox/bin/pip wheel --no-deps --wheel-dir /wheels .
 # -- the image ---------------------------------------------------------------------------------
 FROM debian:bookworm-slim
 
-# 1: add LibreOffice (Writer, Calc, Impress; about 600 MB) for Office documents. Without it
+# 1: add LibreOffice (Writer, Calc, Impress; 360 MB more) for Office documents. Without it
 # they fail with the message naming the package, like on a host without it.
 ARG OFFICE=0
 
@@ -96,10 +96,13 @@ RUN chmod 0755 /usr/local/bin/docinbox-entrypoint \
  && mkdir -p /config /models /data \
  && chmod 0755 /data
 
+# HOME is /config so that ~ in config.yaml means the config folder; caches (fontconfig,
+# LibreOffice) go to /tmp rather than clutter it.
 ENV PATH=/opt/docinbox/bin:$PATH \
     DOCINBOX_CONFIG=/config/config.yaml \
     HF_HOME=/models \
     HOME=/config \
+    XDG_CACHE_HOME=/tmp/cache \
     PUID=1000 \
     PGID=1000 \
     TZ=Etc/UTC \
