@@ -50,9 +50,9 @@ deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
 open('torch.txt', 'w').write(''.join(d + '\n' for d in deps if d.startswith('torch'))); \
 open('deps.txt', 'w').write(''.join(d + '\n' for d in deps if not d.startswith('torch')))" \
  && /opt/docinbox/bin/pip install -r torch.txt ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
+ && /opt/docinbox/bin/pip install -r torch.txt -r deps.txt \
  && /opt/docinbox/bin/python -c "import torch, sys; \
-sys.exit(torch.version.cuda and f'torch {torch.__version__} is a CUDA build: set TORCH_INDEX_URL to a CPU wheel index')" \
- && /opt/docinbox/bin/pip install -r torch.txt -r deps.txt
+sys.exit(torch.version.cuda and f'torch {torch.__version__} is a CUDA build: set TORCH_INDEX_URL to a CPU wheel index')"
 
 # -- app: docinbox itself as a wheel -----------------------------------------------------------
 FROM deps AS app

@@ -35,8 +35,8 @@ if [ "$(id -u)" != 0 ]; then
     exec docinbox "$@"
 fi
 
-# The volumes the daemon writes into belong to PUID:PGID. Only what is owned by someone
-# else is changed, so a restart does not walk a large model cache each time.
+# The volumes the daemon writes into belong to PUID:PGID. Only what someone else owns is
+# changed: on a restart with the same PUID/PGID nothing is written.
 for dir in /config /models; do
     [ -d "$dir" ] && [ -w "$dir" ] || continue
     find "$dir" -xdev \( ! -user "$PUID" -o ! -group "$PGID" \) \
