@@ -10,6 +10,8 @@
 
 # -- deps: a venv with every Python dependency; pip's cache and config stay in this stage ----
 FROM debian:bookworm-slim AS deps
+# On every stage, so that a builder can tell this Dockerfile's stage images from others'.
+LABEL org.opencontainers.image.title=docinbox
 
 # CPU-only torch: PyPI's Linux torch wheel is the CUDA build (several GB of nvidia-*
 # packages). Empty: take torch from the index configured below, which must then hold a
@@ -62,6 +64,7 @@ RUN /opt/docinbox/bin/pip wheel --no-deps --wheel-dir /wheels .
 
 # -- the image ---------------------------------------------------------------------------------
 FROM debian:bookworm-slim
+LABEL org.opencontainers.image.title=docinbox
 
 # 1: add LibreOffice (Writer, Calc, Impress; 360 MB more) for Office documents. Without it
 # they fail with the message naming the package, like on a host without it.

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -184,6 +185,22 @@ def build_options() -> list[str]:
     return options
 
 
+def drop_stale_stages(podman: Podman, build_output: str) -> None:
+    """Remove this Dockerfile's untagged stage images that the build just made did not use.
+
+    Each build keeps its stages' images (the venv of the deps stage is 2 GB) as the next
+    build's cache; after a dependency change the old ones are cache for nothing, and on a
+    CI machine that runs this for every change they would fill the disk.
+    """
+    used = set(re.findall(r"\b[0-9a-f]{11,64}\b", build_output))
+    listed = podman("images", "--quiet", "--no-trunc", "--filter", "dangling=true",
+                    "--filter", "label=org.opencontainers.image.title=docinbox").stdout
+    stale = [i for i in listed.split()
+             if not any(i.removeprefix("sha256:").startswith(u) for u in used)]
+    if stale:
+        podman("rmi", *stale, check=False)
+
+
 def image_id(podman: Podman) -> str:
     return podman("image", "inspect", "--format", "{{.Id}}", IMAGE, check=False).stdout.strip()
 
@@ -200,9 +217,8 @@ def image(podman: Podman) -> str:
     if r.returncode != 0:
         pytest.fail(f"podman build failed:\n{(r.stdout + r.stderr)[-5000:]}")
     if previous and previous != image_id(podman):
-        # The last session's image, now untagged: its own top layers go; the layers it
-        # shares with this one (the dependencies) stay as the next build's cache.
         podman("rmi", previous, check=False)
+    drop_stale_stages(podman, r.stdout + r.stderr)
     size = json.loads(podman("image", "inspect", IMAGE).stdout)[0]["Size"]
     print(f"\nimage {IMAGE}: {size / 1e9:.2f} GB uncompressed")
     return IMAGE
