@@ -83,6 +83,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.lite.reading_order": (30, "worker"),
     "daemon.engines.lite.regions": (30, "worker"),
     "daemon.engines.lite.tables": (30, "worker"),
+    "daemon.engines.mineru.runtimes.int8_linear": (30, "worker"),
+    "daemon.engines.mineru.runtimes.decoder_precision": (30, "worker"),
     "daemon.engines.mineru.runtimes.transformers_model": (30, "worker"),
     "daemon.engines.mineru.runtimes.llama_cpp": (30, "worker"),
     "daemon.engines.lite.engine": (40, "worker"),

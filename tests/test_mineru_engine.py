@@ -259,10 +259,14 @@ def test_join_text_lines() -> None:
     assert join_text_lines("") == ""
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "mixed", "int8", "bf16-int8", "auto"])
+@pytest.mark.parametrize(
+    "precision",
+    ["fp32", "bf16", "mixed", "int8", "bf16-int8", "int8-dynamic", "bf16-int8-dynamic", "auto"],
+)
 def test_tiny_model_runs_every_stage_in_each_precision(
-    tiny_model: Path, precision: Precision
+    tiny_model: Path, precision: Precision, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the int8 decoder cache
     engine = create_engine("mineru", EngineConfig(model=str(tiny_model), precision=precision))
     info = engine.load()
     try:
@@ -270,11 +274,12 @@ def test_tiny_model_runs_every_stage_in_each_precision(
         assert (info.name, info.model_id, info.precision) == ("mineru", str(tiny_model), expected)
         threads = info.details["threads"]
         assert isinstance(threads, int) and threads >= 1
-        bf16_vision = expected in ("bf16", "bf16-int8")
+        bf16_vision = expected in ("bf16", "bf16-int8", "bf16-int8-dynamic")
         assert info.details["dtype_vision"] == ("bfloat16" if bf16_vision else "float32")
         assert info.details["dtype_decoder"] == {
-            "fp32": "float32", "bf16": "bfloat16", "mixed": "bfloat16", "int8": "qint8-dynamic",
-            "bf16-int8": "qint8-dynamic",
+            "fp32": "float32", "bf16": "bfloat16", "mixed": "bfloat16",
+            "int8": "int8-weight-only", "bf16-int8": "int8-weight-only",
+            "int8-dynamic": "qint8-dynamic", "bf16-int8-dynamic": "qint8-dynamic",
         }[expected]  # fmt: skip
 
         progress = Progress()
@@ -429,8 +434,9 @@ def test_a_tied_checkpoint_without_lm_head_loads_with_the_embeddings_as_head(
 @pytest.mark.parametrize(
     ("precision", "vision", "decoder"),
     [("fp32", "float32", "float32"), ("mixed", "float32", "bfloat16"),
-     ("int8", "float32", "qint8-dynamic"), ("bf16", "bfloat16", "bfloat16"),
-     ("bf16-int8", "bfloat16", "qint8-dynamic")],
+     ("int8", "float32", "int8-weight-only"), ("bf16", "bfloat16", "bfloat16"),
+     ("bf16-int8", "bfloat16", "int8-weight-only"), ("int8-dynamic", "float32", "qint8-dynamic"),
+     ("bf16-int8-dynamic", "bfloat16", "qint8-dynamic")],
 )
 def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
     tiny_model: Path, tmp_path: Path, precision: str, vision: str, decoder: str
@@ -449,7 +455,7 @@ def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
     ref = Qwen2VLForConditionalGeneration.from_pretrained(str(folder), dtype=torch.bfloat16)
     ref.save_pretrained(str(folder))
     assert stored_dtype(folder) == "bfloat16"
-    loaded = load_model(str(folder), None, precision=precision)
+    loaded = load_model(str(folder), None, precision=precision, decoder_cache=tmp_path / "c")
     assert (loaded.dtype_vision, loaded.dtype_decoder) == (vision, decoder)
     got = next(loaded.model.model.visual.parameters())
     assert got.dtype == (torch.bfloat16 if vision == "bfloat16" else torch.float32)

@@ -28,6 +28,7 @@ from daemon.common.errors import ExitCode
 from daemon.common.live import InboxFacts
 from daemon.common.units import age, gib, mib, since
 from daemon.config.settings import (
+    LOSSY_PRECISIONS,
     Config,
     ConfigError,
     EngineConfig,
@@ -105,6 +106,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(systemd_paths_dropin(cfg), end="")
         return ExitCode.OK
     print(f"{cfg.source}: OK")
+    if cfg.engine.name == "mineru" and cfg.engine.precision in LOSSY_PRECISIONS:
+        print(
+            f"warning: engine.precision {cfg.engine.precision} is lossy (its dynamic int8 "
+            "decoder changes tokens on real trained weights: README, Precision); "
+            "auto, int8 and bf16-int8 are faithful"
+        )
     if args.show:
         print(yaml.safe_dump(redacted_dict(cfg), sort_keys=False, allow_unicode=True))
     return ExitCode.OK
@@ -206,7 +213,8 @@ def render_status(st: Status) -> str:
     line = f"engine:  {eng.name or st.configured_engine}"
     if eng.model_id:
         line += f" ({eng.model_id}"
-        line += f", precision {eng.precision})" if eng.precision else ")"
+        lossy = " (lossy)" if eng.precision in LOSSY_PRECISIONS else ""
+        line += f", precision {eng.precision}{lossy})" if eng.precision else ")"
     if eng.runtime and eng.runtime != "transformers":
         line += f", runtime {eng.runtime}" + (f" on {eng.server}" if eng.server else "")
     out.append(line)

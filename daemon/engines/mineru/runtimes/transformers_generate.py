@@ -211,7 +211,7 @@ class BatchedGenerator:
             return_tensors="pt",
         )
         # As the client does: floating inputs (pixel_values) in the dtype of the model's first
-        # parameter, the vision tower's (see mineru_model.apply_precision).
+        # parameter, the vision tower's (see transformers_model.load_model).
         inputs = inputs.to(device=self.model.device, dtype=self.model.dtype)
         caps = [row.max_new_tokens for row in rows]
         kwargs = client.build_generate_kwargs(capped(rows[0].params, max(caps)))

@@ -4,7 +4,8 @@ Kept apart from the page pipeline (`mineru.py`) so `docinbox model info` can che
 checkpoint loads without pulling in the engine, and so every torch/transformers import
 stays inside functions: importing this module costs nothing in the daemon process.
 
-Precisions (config `engine.precision`), and what each costs:
+Precisions (config `engine.precision`; the decoder recipes live in decoder_precision.py,
+where the fidelity bench applies the same code to other decoders), and what each costs:
 
 - ``fp32``: reference numerics. Slowest decode, ~4.8 GB RSS for the 1.2B checkpoint.
 - ``bf16``: everything in bfloat16, half the memory. Only fast on CPUs with native bf16
@@ -13,33 +14,35 @@ Precisions (config `engine.precision`), and what each costs:
   why `mixed` exists.
 - ``mixed``: vision tower in fp32 (accurate pixel features, it runs once per image), decoder
   and lm_head in bf16 (memory-bandwidth bound token-by-token decode, where halving the
-  weight bytes pays). The merger's output is cast to the decoder dtype. Greedy decoding from
-  bf16 logits can flip near-tie tokens compared with fp32; MinerU's own CPU guidance uses
-  bf16 decoders, so this is the expected trade-off.
-- ``int8``: vision fp32; every nn.Linear of the decoder and lm_head replaced by PyTorch's
-  dynamic int8 linear (per-output-channel weight scales, activations quantised per batch at
-  run time). Smallest decoder and fast int8 GEMMs on AVX2/VNNI. Accuracy is UNVERIFIED on the
-  real weights (no hub access while this was written): dynamic int8 on a 0.5B-class decoder
-  usually costs a little accuracy, and OCR is sensitive to single-token flips (digits,
-  table structure tokens). docs/benchmarks.md reports greedy-token agreement with fp32 on
-  a random tiny model, which says nothing about the real weights.
+  weight bytes pays). The merger's output is cast to the decoder dtype.
+- ``int8``: vision fp32; every nn.Linear of the decoder and lm_head replaced by a weight-only
+  int8 linear (per-output-channel scales, activations in bf16 for the kernel, residual
+  stream and attention in fp32). Half of bf16's weight bytes per token, and faithful on real
+  trained decoders (bench/fidelity.py; figures in docs/benchmarks.md).
 - ``bf16-int8``: vision tower in bf16, decoder int8 as above. Each part gets the dtype that
   is fastest for it on a CPU with native bf16 (AVX512_BF16/AMX): the vision tower is
-  compute-bound (bf16 on AMX ~3x faster than fp32), decoding is memory-bound (int8 weights
-  are half of bf16's bytes per token). The merger's output is cast to fp32 for the decoder.
-- ``auto``: the combination measured fastest for this CPU class (docs/benchmarks.md):
-  ``bf16-int8`` where bf16 is native, ``int8`` elsewhere (AVX2: bf16 is emulated there and
-  its vision tower ~4x slower than fp32). torch's ISA caps count as "not native".
+  compute-bound (bf16 on AMX ~3x faster than fp32), decoding is memory-bound.
+- ``int8-dynamic``, ``bf16-int8-dynamic``: the decoder of earlier releases, PyTorch's dynamic
+  int8 (activations quantised with one scale per tensor). LOSSY: it changes tokens on real
+  trained weights; selectable by name only, and a warning is logged when it is chosen.
+- ``auto``: the combination measured fastest for this CPU class (docs/benchmarks.md) among
+  the precisions that pass the fidelity gate: ``bf16-int8`` where bf16 is native, ``int8``
+  elsewhere (AVX2: bf16 is emulated there and its vision tower ~4x slower than fp32).
+  torch's ISA caps count as "not native".
+
+An int8 decoder is prepared once per checkpoint revision, torch version and recipe and kept
+on disk (decoder_precision.DecoderCache, verified by size and SHA-256): later starts read
+it instead of quantising again.
 """
 
 from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import re
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,13 +50,22 @@ from typing import Any
 
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
+from daemon.engines.mineru.runtimes.decoder_precision import (
+    LOSSY_WARNING,
+    QWEN2_VL,
+    DecoderCache,
+    Precision,
+    default_cache_dir,
+    prepare_decoder,
+)
+from daemon.engines.mineru.runtimes.decoder_precision import (
+    PRECISIONS as SPECS,
+)
 
 DEFAULT_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
 PULL_HINT = "docinbox model pull"
-PRECISIONS = ("auto", "fp32", "bf16", "mixed", "int8", "bf16-int8")
-# Precisions whose vision tower runs in bf16, and whose decoder is dynamic int8.
-_BF16_VISION = ("bf16", "bf16-int8")
-_INT8_DECODER = ("int8", "bf16-int8")
+PRECISIONS = ("auto", *SPECS)
+log = logging.getLogger(__name__)
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -196,11 +208,13 @@ def native_bf16(
 def auto_precision(
     flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
 ) -> str:
-    """The fastest measured combination for this CPU class (docs/benchmarks.md).
+    """The fastest measured combination for this CPU class (docs/benchmarks.md), among the
+    precisions that pass the fidelity gate (never a lossy one).
 
-    The decoder is int8 on both classes: decoding is memory-bound and int8 reads half the
-    bytes of bf16 per token (the largest share of a real page's time). The vision tower is
-    compute-bound: bf16 where the CPU has bf16 units, fp32 where bf16 would be emulated.
+    The decoder is weight-only int8 on both classes: decoding is memory-bound and int8 reads
+    half the bytes of bf16 per token (the largest share of a real page's time). The vision
+    tower is compute-bound: bf16 where the CPU has bf16 units, fp32 where bf16 would be
+    emulated.
     """
     return "bf16-int8" if native_bf16(flags, env) else "int8"
 
@@ -263,12 +277,17 @@ def _tied_config(folder: Path) -> Any:
 
 
 def load_model(
-    model: str, revision: str | None, precision: str = "auto", threads: int = 0
+    model: str,
+    revision: str | None,
+    precision: str = "auto",
+    threads: int = 0,
+    decoder_cache: Path | None = None,
 ) -> LoadedModel:
     """Resolve, load and cast MinerU2.5 for CPU inference.
 
-    Raises EngineUnavailable (never a bare traceback) when the weights are missing or
-    cannot be loaded.
+    `decoder_cache`: folder of prepared int8 decoders (default: decoder_precision's
+    default_cache_dir()). Raises EngineUnavailable (never a bare traceback) when the weights
+    are missing or cannot be loaded.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r} (one of {', '.join(PRECISIONS)})")
@@ -282,6 +301,9 @@ def load_model(
     torch.set_num_threads(n_threads)
 
     effective = auto_precision() if precision == "auto" else precision
+    spec = SPECS[effective]
+    if spec.lossy:
+        log.warning(LOSSY_WARNING.format(name=effective))
     # MinerU2.5 ships bf16 weights. Loading them as bf16 and up-casting only the parts that
     # run in fp32 gives bit-identical fp32 values (bf16 -> fp32 is exact) at a much lower
     # load peak than from_pretrained(dtype=float32), which peaked at ~7 GB RSS on the real
@@ -313,32 +335,75 @@ def load_model(
             ),
         ) from exc
     qwen.eval()
-    # Cast part by part so that as little as possible is held twice (the checkpoint stays
-    # mapped until loading ends). int8 quantises the decoder BEFORE the vision tower grows
-    # to fp32: quantize_dynamic wants fp32 Linear weights, and the fp32 decoder is
-    # short-lived that way (see docs/benchmarks.md for the load peaks).
-    if load_dtype == torch.bfloat16 and effective in ("fp32", *_INT8_DECODER):
-        cast_in_chunks(qwen.model.language_model, torch.float32)
-        cast_in_chunks(qwen.lm_head, torch.float32)
-    if effective in _INT8_DECODER:
-        apply_precision(qwen, effective)
-        gc.collect()
-    vision_dtype = torch.bfloat16 if effective in _BF16_VISION else torch.float32
+    # The decoder first, while the vision tower is still in its stored dtype, so that as
+    # little as possible is held twice (the checkpoint stays mapped until loading ends).
+    # The int8 recipe quantises straight from the stored weights, layer by layer, and drops
+    # each layer's checkpoint pages: the decoder is never materialised in fp32.
+    release = _file_page_releaser()
+    dtype_decoder = _prepare_decoder(qwen, weights, spec, load_dtype, decoder_cache, release)
+    gc.collect()
+    vision_dtype = getattr(torch, spec.vision)
     if qwen.model.visual.dtype != vision_dtype:
         cast_in_chunks(qwen.model.visual, vision_dtype)
     gc.collect()
-
-    dtype_vision, dtype_decoder = apply_precision(qwen, effective)
+    if spec.vision != _first_decoder_float(qwen):
+        # The decoder takes the image features in its own dtype.
+        _cast_vision_output(qwen, getattr(torch, _first_decoder_float(qwen)))
     return LoadedModel(
         model=qwen,
         processor=processor,
         weights=weights,
         precision=effective,
         threads=n_threads,
-        dtype_vision=dtype_vision,
+        dtype_vision=spec.vision,
         dtype_decoder=dtype_decoder,
         load_seconds=time.monotonic() - started,
+        details={"lossy": spec.lossy},
     )
+
+
+def _prepare_decoder(
+    qwen: Any,
+    weights: ResolvedWeights,
+    spec: Precision,
+    load_dtype: Any,
+    decoder_cache: Path | None,
+    release: Callable[[list[tuple[int, int]]], None],
+) -> str:
+    import torch
+
+    if spec.decoder == "int8":
+        cache = DecoderCache.for_checkpoint(
+            decoder_cache or default_cache_dir(),
+            checkpoint_fingerprint(weights),
+            spec.decoder,
+            activation_dtype="bfloat16",
+        )
+        dense = "bfloat16" if native_bf16() else "float32"
+        return prepare_decoder(
+            qwen, QWEN2_VL, "int8", dense_dtype=dense, cache=cache, release=release
+        )
+    if spec.decoder in ("float32", "int8-dynamic") and load_dtype == torch.bfloat16:
+        # Up-cast block by block (low peak); dynamic int8 wants fp32 Linear weights.
+        cast_in_chunks(qwen.model.language_model, torch.float32)
+        cast_in_chunks(qwen.lm_head, torch.float32)
+    return prepare_decoder(qwen, QWEN2_VL, spec.decoder)
+
+
+def _first_decoder_float(qwen: Any) -> str:
+    """The dtype the decoder's embeddings (hence its hidden states) are in."""
+    return str(qwen.model.language_model.embed_tokens.weight.dtype).removeprefix("torch.")
+
+
+def checkpoint_fingerprint(weights: ResolvedWeights) -> str:
+    """What identifies a checkpoint's bytes without reading them: the hub commit when known,
+    and every weight/config file's name, size and modification time."""
+    parts = [f"commit={weights.commit}", f"path={weights.path}"]
+    for path in sorted(weights.path.iterdir()):
+        if path.suffix in (".safetensors", ".bin", ".json") and path.is_file():
+            stat = path.stat()
+            parts.append(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return "|".join(parts)
 
 
 def cast_in_chunks(module: Any, dtype: Any) -> None:
@@ -420,67 +485,6 @@ def stored_dtype(folder: Path) -> str | None:
     if value is None and isinstance(raw.get("text_config"), dict):
         value = raw["text_config"].get("dtype") or raw["text_config"].get("torch_dtype")
     return str(value) if value else None
-
-
-def apply_precision(qwen: Any, precision: str) -> tuple[str, str]:
-    """Cast/quantise a loaded fp32 (or bf16 for `bf16`) model; return (vision, decoder) dtypes.
-
-    transformers' MinerU client casts pixel_values to `model.dtype`, which is the dtype of
-    the first parameter: the vision tower's patch embedding. Keeping the vision tower first
-    and fp32 therefore keeps the pixels fp32 in `mixed` and `int8`.
-    """
-    import torch
-    from torch import nn
-
-    language_model = qwen.model.language_model
-    if precision in ("fp32", "bf16"):
-        name = "float32" if precision == "fp32" else "bfloat16"
-        return name, name
-    if precision == "mixed":
-        language_model.to(torch.bfloat16)
-        qwen.lm_head.to(torch.bfloat16)  # tied with embed_tokens: same Parameter, one cast
-        _cast_vision_output(qwen, torch.bfloat16)
-        return "float32", "bfloat16"
-    if precision in _INT8_DECODER:
-        vision = "bfloat16" if precision in _BF16_VISION else "float32"
-        if not any(type(m) is nn.Linear for m in language_model.modules()):
-            return vision, "qint8-dynamic"  # already quantised during loading
-        try:
-            from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
-            from torch.ao.quantization import per_channel_dynamic_qconfig
-            from torch.ao.quantization import quantize_dynamic as _quantize_dynamic
-        except ImportError as exc:  # removed in some future torch: torchao's quantize_
-            raise EngineUnavailable(
-                "precision int8 needs torch.ao.quantization.quantize_dynamic, which this "
-                "torch no longer has",
-                hint="set engine.precision: mixed",
-            ) from exc
-        with warnings.catch_warnings():
-            # torch >= 2.10 marks torch.ao.quantization deprecated in favour of torchao's
-            # quantize_ (not a dependency here); the eager dynamic path still works.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            warnings.simplefilter("ignore", UserWarning)
-            quantize_dynamic: Any = _quantize_dynamic  # untyped in torch
-            quantize_dynamic(
-                qwen,
-                qconfig_spec={
-                    "model.language_model": per_channel_dynamic_qconfig,
-                    "lm_head": per_channel_dynamic_qconfig,
-                },
-                dtype=torch.qint8,
-                # Linear only: the name-based spec also reaches embed_tokens, and int8
-                # embeddings would need a different (weight-only) scheme for no speed gain.
-                mapping={nn.Linear: DynamicQuantizedLinear},
-                inplace=True,
-            )
-        remaining = [n for n, m in language_model.named_modules() if type(m) is nn.Linear]
-        if remaining:  # would silently run fp32; better to know
-            raise RuntimeError(f"int8: decoder layers left unquantised: {remaining[:3]}")
-        if precision in _BF16_VISION:
-            # Dynamic int8 linears take fp32 activations: hand them fp32 image features.
-            _cast_vision_output(qwen, torch.float32)
-        return vision, "qint8-dynamic"
-    raise ValueError(f"unknown precision {precision!r}")
 
 
 def _cast_vision_output(qwen: Any, dtype: Any) -> None:

@@ -1,0 +1,121 @@
+"""Weight-only int8 linear layer: int8 weights with one scale per output channel, activations
+kept in bf16/fp32.
+
+Decoding one token reads every weight of the decoder once, so its speed is set by the bytes
+read: int8 weights halve bf16's. What must not be quantised is the activation: one scale for
+a whole activation tensor (PyTorch's dynamic int8) is wiped out by the huge activation of
+the first token that trained LLMs carry, and the fidelity bench (bench/fidelity.py) measures
+what that costs. Here only the weights are rounded (per output channel, symmetric, 127
+levels, like llama.cpp's Q8_0 but with one scale per row instead of per 32 values).
+
+Imports torch at module level: only the worker's model loader and the benches import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# From this many rows on (a prefill, not a decode step) a call dequantises the weight and
+# runs a dense GEMM: the int8 kernel is a matrix-vector kernel whose cost grows linearly with
+# rows (1,024 rows x 4,864 x 896: 322 ms against 27 ms for bf16 GEMM on AMX).
+DENSE_ROWS = 32
+
+# torch's CPU kernel reads the input dimension in chunks: other sizes crash it (torch 2.13:
+# a segfault at K=33, wrong values at K=40). Such layers take the dense path.
+KERNEL_K_MULTIPLE = 32
+
+
+class Int8WeightOnlyLinear(nn.Module):
+    """Drop-in for nn.Linear: y = x @ (q * s[:, None]).T + b, with q int8 and s per row.
+
+    `compute_dtype` is what activations are cast to for the int8 kernel (bf16: the fast
+    kernel; fp32 is exact but ~4x slower than a dense fp32 GEMM in torch 2.13); the scales
+    are stored in it, and were chosen representable in it, so no per-channel gain error
+    creeps in. `dense_dtype` is the GEMM dtype of large calls (bf16 where the CPU has bf16
+    units, fp32 where bf16 would be emulated). The output is in the input's dtype, the bias
+    added in fp32 (or the input's dtype).
+    """
+
+    weight_int8: torch.Tensor
+    scales: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(
+        self,
+        weight_int8: torch.Tensor,
+        scales: torch.Tensor,
+        bias: torch.Tensor | None,
+        dense_dtype: torch.dtype,
+    ) -> None:
+        super().__init__()
+        if weight_int8.dtype != torch.int8 or weight_int8.dim() != 2:
+            raise ValueError("weight_int8 must be a 2-D int8 tensor")
+        if scales.shape != (weight_int8.shape[0],):
+            raise ValueError("one scale per output channel expected")
+        self.out_features, self.in_features = (int(n) for n in weight_int8.shape)
+        self.compute_dtype = scales.dtype
+        self.dense_dtype = dense_dtype
+        self.register_buffer("weight_int8", weight_int8.contiguous())
+        self.register_buffer("scales", scales.contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().clone())
+        self.use_kernel = self.in_features % KERNEL_K_MULTIPLE == 0
+
+    @classmethod
+    def from_linear(
+        cls, linear: nn.Linear, compute_dtype: torch.dtype, dense_dtype: torch.dtype
+    ) -> Int8WeightOnlyLinear:
+        q, scales = quantize_rows(linear.weight, compute_dtype)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        return cls(q, scales, bias, dense_dtype)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Int8WeightOnlyLinear:
+        # `decoder.to(float32)` must not turn the kernel's scales into another dtype: the
+        # kernel requires scales in the activation dtype. Keep them as quantised.
+        scales = self.scales
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self.scales = scales.to(self.weight_int8.device)
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.reshape(-1, self.in_features)
+        if self.use_kernel and rows.shape[0] < DENSE_ROWS:
+            y = torch.ops.aten._weight_int8pack_mm(
+                rows.to(self.compute_dtype), self.weight_int8, self.scales
+            )
+        else:
+            weight = (
+                self.weight_int8.to(self.dense_dtype) * self.scales.to(self.dense_dtype)[:, None]
+            )
+            y = F.linear(rows.to(self.dense_dtype), weight)
+        y = y.to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        out: torch.Tensor = y.reshape(*x.shape[:-1], self.out_features)
+        return out
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, "
+            f"bias={self.bias is not None}, activations={self.compute_dtype}"
+        )
+
+
+def quantize_rows(
+    weight: torch.Tensor, scale_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8: (q, s) with weight ~= q * s[:, None], |q| <= 127.
+
+    The scale is rounded to `scale_dtype` BEFORE the weights are divided by it, so the
+    kernel multiplies by exactly the scale the weights were rounded against.
+    """
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=1)
+    scales = (amax / 127.0).to(scale_dtype)
+    # An all-zero row (or one whose scale underflows) gets scale 1: its q is all zeros anyway.
+    scales = torch.where(scales > 0, scales, torch.ones_like(scales))
+    q = torch.round(w / scales.float()[:, None]).clamp_(-127, 127).to(torch.int8)
+    return q, scales
