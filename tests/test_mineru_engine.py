@@ -469,3 +469,60 @@ def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
         assert torch.equal(tensor.float(), want[name].float()), name
         compared += 1
     assert compared >= len([n for n in want if n.startswith("model.visual.")])
+
+
+def test_int8_decoder_is_cached_on_disk_keyed_and_verified(
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Quantising happens once per checkpoint revision, torch version and recipe: later
+    starts read the prepared layers, after checking them against their manifest."""
+    import hashlib
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from daemon.engines.mineru.runtimes.decoder_precision import DecoderCache, _get
+    from daemon.engines.mineru.runtimes.transformers_model import (
+        checkpoint_fingerprint,
+        load_model,
+        resolve_weights,
+    )
+
+    cache = tmp_path / "decoders"
+    first = load_model(str(tiny_model), None, precision="int8", decoder_cache=cache)
+    [tensors] = cache.glob("*.safetensors")
+    [manifest] = cache.glob("*.json")
+    name = "model.language_model.layers.0.mlp.down_proj"
+    fresh = _get(first.model, name).scales.clone()
+
+    # A second start reads the file: a scale changed in it (and in the manifest that vouches
+    # for it) shows up in the loaded model, which re-quantising could not produce.
+    flat = load_file(str(tensors))
+    flat[f"{name}.s"] = flat[f"{name}.s"] * 2
+    save_file(flat, str(tensors))
+    facts = json.loads(manifest.read_text())
+    facts["size"] = tensors.stat().st_size
+    facts["sha256"] = hashlib.sha256(tensors.read_bytes()).hexdigest()
+    manifest.write_text(json.dumps(facts))
+    second = load_model(str(tiny_model), None, precision="bf16-int8", decoder_cache=cache)
+    assert torch.equal(_get(second.model, name).scales, fresh * 2)
+
+    # Damaged bytes (the manifest not updated) are never loaded: quantised again, rewritten.
+    data = bytearray(tensors.read_bytes())
+    data[-16:] = bytes(16)
+    tensors.write_bytes(bytes(data))
+    with caplog.at_level("WARNING"):
+        third = load_model(str(tiny_model), None, precision="int8", decoder_cache=cache)
+    assert "damaged" in caplog.text
+    assert torch.equal(_get(third.model, name).scales, fresh)
+    facts = json.loads(manifest.read_text())
+    assert facts["sha256"] == hashlib.sha256(tensors.read_bytes()).hexdigest()
+
+    # Another checkpoint revision (here: a weight file rewritten) gets its own entry.
+    weights = resolve_weights(str(tiny_model), None)
+    key = DecoderCache.for_checkpoint(cache, checkpoint_fingerprint(weights), "int8", "bfloat16")
+    assert key.tensors == tensors
+    other = DecoderCache.for_checkpoint(cache, checkpoint_fingerprint(weights) + "x", "int8",
+                                        "bfloat16")  # fmt: skip
+    assert other.key != key.key
