@@ -110,7 +110,8 @@ def load(lm: LanguageModel, cache: Path = CACHE) -> tuple[Any, Any]:
     loaded from there afterwards (the same fp32 values: safetensors stores them exactly).
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from safetensors.torch import load_model, save_model
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     quiet: Any = hf_logging.disable_progress_bar
@@ -119,17 +120,22 @@ def load(lm: LanguageModel, cache: Path = CACHE) -> tuple[Any, Any]:
     converted = cache / "fidelity-fp32" / f"{lm.name}-{stat.st_size}-{stat.st_mtime_ns}"
     if (converted / "complete").is_file():
         tokenizer = AutoTokenizer.from_pretrained(str(converted))
-        model: Any = AutoModelForCausalLM.from_pretrained(
-            str(converted), dtype=torch.float32, local_files_only=True
-        )
+        config = AutoConfig.from_pretrained(str(converted))
+        from_config: Any = AutoModelForCausalLM.from_config  # untyped
+        model: Any = from_config(config, dtype=torch.float32)
+        load_model(model, str(converted / "model.safetensors"))
         return model.eval(), tokenizer
     tokenizer = AutoTokenizer.from_pretrained(str(lm.folder), gguf_file=lm.gguf_file)
     model = AutoModelForCausalLM.from_pretrained(
         str(lm.folder), gguf_file=lm.gguf_file, dtype=torch.float32, local_files_only=True
     )
     try:
+        # transformers refuses save_pretrained on a GGUF-loaded model; the tensors and the
+        # config are all that is needed (save_model keeps tied weights tied).
+        converted.mkdir(parents=True, exist_ok=True)
         tokenizer.save_pretrained(str(converted))
-        model.save_pretrained(str(converted))
+        model.config.save_pretrained(str(converted))
+        save_model(model, str(converted / "model.safetensors"))
         (converted / "complete").write_text("ok\n", encoding="utf-8")
     except OSError as exc:  # a read-only cache only costs the next run the conversion
         print(f"cannot keep the converted model in {converted}: {exc}", file=sys.stderr)

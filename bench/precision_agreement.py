@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-PRECISIONS = ("fp32", "bf16", "mixed", "int8", "bf16-int8")
+PRECISIONS = ("fp32", "bf16", "mixed", "int8", "bf16-int8", "int8-dynamic", "bf16-int8-dynamic")
 
 
 def random_checkpoint(folder: Path) -> Path:
