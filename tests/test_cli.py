@@ -59,6 +59,20 @@ def test_check_config_reports_every_problem_and_exits_78(tmp_path: Path) -> None
     assert r.returncode == 78 and "outbox" in r.stderr and "inside" in r.stderr, r.stderr
 
 
+def test_check_config_names_a_lossy_precision(tmp_path: Path) -> None:
+    (tmp_path / "inbox").mkdir()
+    cfgfile = tmp_path / "config.yaml"
+    cfgfile.write_text(yaml.safe_dump({"inboxes": ["inbox"], "outbox": "out",
+                                       "engine": {"precision": "bf16-int8-dynamic"}}))
+    r = cli("check-config", "--config", str(cfgfile))
+    assert r.returncode == 0, r.stderr  # selectable: a warning, not an error
+    assert "bf16-int8-dynamic is lossy" in r.stdout, r.stdout
+    cfgfile.write_text(yaml.safe_dump({"inboxes": ["inbox"], "outbox": "out",
+                                       "engine": {"precision": "bf16-int8"}}))
+    r = cli("check-config", "--config", str(cfgfile))
+    assert r.returncode == 0 and "lossy" not in r.stdout, r.stdout
+
+
 def test_shipped_config_checks_clean(tmp_path: Path) -> None:
     cfg = tmp_path / "config.yaml"
     cfg.write_text((REPO / "config.yaml").read_text())
