@@ -47,7 +47,7 @@ def variant(base: Any, kind: str) -> Any:
     return model
 
 
-def decode_step(model: Any, rows: int) -> float:
+def decode_step(model: Any, rows: int, repeat: int = 6) -> float:
     import torch
 
     with torch.inference_mode():
@@ -55,7 +55,7 @@ def decode_step(model: Any, rows: int) -> float:
         cache = out.past_key_values
         token = torch.randint(0, 150_000, (rows, 1))
         best = float("inf")
-        for _ in range(6):
+        for _ in range(repeat):
             t0 = time.perf_counter()
             out = model(input_ids=token, past_key_values=cache, use_cache=True)
             cache = out.past_key_values
@@ -81,6 +81,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--prefill", type=int, default=1024)
+    parser.add_argument("--repeat", type=int, default=6, help="decode steps, best one kept")
     parser.add_argument("--shape", type=Path, help="shape.json of the real model")
     parser.add_argument("--kinds", default=",".join(KINDS), help="comma-separated")
     args = parser.parse_args()
@@ -117,8 +118,8 @@ def main() -> int:
     print("|---|---|---|---|---|")
     for kind in args.kinds.split(","):
         model = variant(base, kind)
-        steps = [decode_step(model, rows) * 1000 for rows in (1, 4, 8)]
-        fill = prefill(model, args.prefill)
+        steps = [decode_step(model, rows, args.repeat) * 1000 for rows in (1, 4, 8)]
+        fill = prefill(model, args.prefill) if args.prefill else float("nan")
         print(
             f"| {kind} | {steps[0]:.1f} ms | {steps[1]:.1f} ms | {steps[2]:.1f} ms "
             f"| {fill:.2f} s |",

