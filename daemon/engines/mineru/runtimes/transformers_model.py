@@ -357,7 +357,6 @@ def load_model(
         dtype_vision=spec.vision,
         dtype_decoder=dtype_decoder,
         load_seconds=time.monotonic() - started,
-        details={"lossy": spec.lossy},
     )
 
 
