@@ -529,3 +529,17 @@ def test_int8_decoder_is_cached_on_disk_keyed_and_verified(
     other = DecoderCache.for_checkpoint(cache, checkpoint_fingerprint(weights) + "x", "int8",
                                         "bfloat16")  # fmt: skip
     assert other.key != key.key
+
+
+def test_a_lossy_precision_is_loaded_with_a_warning_and_auto_never_is_one(
+    tiny_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
+
+    with caplog.at_level("WARNING"):
+        load_model(str(tiny_model), None, precision="int8-dynamic")
+    assert "engine.precision int8-dynamic is lossy" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        loaded = load_model(str(tiny_model), None, precision="auto", decoder_cache=tmp_path)
+    assert loaded.precision not in LOSSY_PRECISIONS and "lossy" not in caplog.text
