@@ -880,3 +880,19 @@ def test_page_keys_take_their_defaults_from_page_options(tmp_path: Path) -> None
     cfg = load_config(minimal(tmp_path))
     assert page_options_for(cfg, None) == PageOptions()
     assert page_options_for(cfg, cfg.inboxes[0]) == PageOptions()
+
+
+def test_precision_names_are_declared_once_and_each_has_a_recipe() -> None:
+    # engine.precision's names are the config's; the recipes behind them are the
+    # engine's. A name without a recipe (or a recipe no key can choose) fails here.
+    from typing import get_args
+
+    from daemon.config.settings import LOSSY_PRECISIONS, EngineConfig, Precision
+    from daemon.engines.mineru.runtimes import transformers_model
+    from daemon.engines.mineru.runtimes.decoder_precision import PRECISIONS
+
+    names = set(get_args(Precision))
+    assert set(PRECISIONS) == names - {"auto"}
+    assert set(LOSSY_PRECISIONS) <= set(PRECISIONS)
+    assert set(transformers_model.PRECISIONS) == names
+    assert EngineConfig().model == transformers_model.DEFAULT_MODEL

@@ -46,10 +46,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
+from daemon.config.settings import EngineConfig
+from daemon.config.settings import Precision as PrecisionName
 from daemon.engines.mineru.runtimes.decoder_precision import (
     LOSSY_WARNING,
     QWEN2_VL,
@@ -58,13 +60,14 @@ from daemon.engines.mineru.runtimes.decoder_precision import (
     default_cache_dir,
     prepare_decoder,
 )
-from daemon.engines.mineru.runtimes.decoder_precision import (
-    PRECISIONS as SPECS,
-)
+from daemon.engines.mineru.runtimes.decoder_precision import PRECISIONS as SPECS
 
-DEFAULT_MODEL = "opendatalab/MinerU2.5-2509-1.2B"
+# Both are declared once, in the configuration: the default model and the precision names
+# (the recipes behind the names are decoder_precision.PRECISIONS; a test holds the two
+# name lists equal).
+DEFAULT_MODEL: str = EngineConfig().model
+PRECISIONS: tuple[str, ...] = get_args(PrecisionName)
 PULL_HINT = "docinbox model pull"
-PRECISIONS = ("auto", *SPECS)
 log = logging.getLogger(__name__)
 
 _COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
