@@ -365,18 +365,6 @@ def scanned(image: Image.Image, *, skew: float, noise: float, seed: int) -> Imag
     return Image.open(buf).convert("RGB")
 
 
-def sentences(text: str) -> list[str]:
-    """`text` cut after each full stop, question or exclamation mark."""
-    out: list[str] = []
-    current: list[str] = []
-    for word in text.split():
-        current.append(word)
-        if word.endswith((".", "?", "!")) and len(current) >= 3:
-            out.append(" ".join(current))
-            current = []
-    if current:
-        out.append(" ".join(current))
-    return out
 
 
 def shuffle_free(seed: int, items: Sequence[str]) -> list[str]:
