@@ -2,9 +2,10 @@
 
 A slice of the real decoder (Qwen2 width: hidden 896, FFN 4,864, 14/2 heads; `--layers` of the
 24 layers, default 4) plus the full 151,936-token lm_head, random weights, prepared by the
-engine's own recipes (decoder_precision.prepare_decoder): bf16; weight-only int8 (`int8`,
-what `auto` runs: bf16 activations into torch's int8 kernel); the same with fp32 activations;
-the lossy dynamic int8 (`int8-dynamic`); fp32. Measures one decode step for 1, 4 and 8 rows
+engine's own recipes (decoder_precision.prepare_decoder): bf16; weight-only int8 (`int8`:
+bf16 activations into torch's int8 kernel, the lm_head kept in bf16; what `auto` runs where
+bf16 is emulated); the same with the head int8 or fp32, or with fp32 activations; the lossy
+dynamic int8 (`int8-dynamic`); fp32. Measures one decode step for 1, 4, 8 and 16 rows
 (best of 6 steps after a 64-token prompt) and one prefill of `--prefill` tokens (best of 3;
 logits for the last position only, as generate() asks). Seconds here are for the slice:
 multiply by 24 / layers for the decoder part of a real step (the lm_head is included once
@@ -26,13 +27,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-# name -> (decoder recipe, int8 kernel activation dtype)
-KINDS = {
-    "bf16": ("bfloat16", "bfloat16"),
-    "int8": ("int8", "bfloat16"),
-    "int8 fp32-act": ("int8", "float32"),
-    "int8-dynamic": ("int8-dynamic", "bfloat16"),
-    "fp32": ("float32", "bfloat16"),
+# name -> (decoder recipe, int8 kernel activation dtype, lm_head kept in (None: quantised))
+KINDS: dict[str, tuple[str, str, str | None]] = {
+    "bf16": ("bfloat16", "bfloat16", None),
+    "int8": ("int8", "bfloat16", "bfloat16"),
+    "int8 head-int8": ("int8", "bfloat16", None),
+    "int8 head-fp32": ("int8", "bfloat16", "float32"),
+    "int8 fp32-act": ("int8", "float32", "bfloat16"),
+    "int8-dynamic": ("int8-dynamic", "bfloat16", None),
+    "fp32": ("float32", "bfloat16", None),
 }
 
 
@@ -41,9 +44,16 @@ def variant(base: Any, kind: str) -> Any:
     from daemon.engines.mineru.runtimes.transformers_model import native_bf16
 
     model = copy.deepcopy(base)
-    recipe, activations = KINDS[kind]
+    recipe, activations, head = KINDS[kind]
     dense = "bfloat16" if native_bf16() else "float32"
-    prepare_decoder(model, CAUSAL_LM, recipe, dense_dtype=dense, activation_dtype=activations)
+    prepare_decoder(
+        model,
+        CAUSAL_LM,
+        recipe,
+        dense_dtype=dense,
+        activation_dtype=activations,
+        head_dtype=head,
+    )
     return model
 
 
@@ -114,15 +124,14 @@ def main() -> int:
         f"{args.threads} thread(s), {args.layers} layers + lm_head, {sizes}, "
         f"load {os.getloadavg()[0]:.2f}"
     )
-    print(f"| dtype | step, 1 row | 4 rows | 8 rows | prefill {args.prefill} tokens |")
-    print("|---|---|---|---|---|")
+    print(f"| dtype | step, 1 row | 4 rows | 8 rows | 16 rows | prefill {args.prefill} tokens |")
+    print("|---|---|---|---|---|---|")
     for kind in args.kinds.split(","):
         model = variant(base, kind)
-        steps = [decode_step(model, rows, args.repeat) * 1000 for rows in (1, 4, 8)]
+        steps = [decode_step(model, rows, args.repeat) * 1000 for rows in (1, 4, 8, 16)]
         fill = prefill(model, args.prefill) if args.prefill else float("nan")
         print(
-            f"| {kind} | {steps[0]:.1f} ms | {steps[1]:.1f} ms | {steps[2]:.1f} ms "
-            f"| {fill:.2f} s |",
+            f"| {kind} | " + " | ".join(f"{ms:.1f} ms" for ms in steps) + f" | {fill:.2f} s |",
             flush=True,
         )
     print(f"load average after: {os.getloadavg()[0]:.2f}")

@@ -150,19 +150,26 @@ class Variant:
     recipe: str
     activation_dtype: str = "bfloat16"
     dense_dtype: str = "float32"
+    # int8: the float dtype the head is kept in (None: int8 too); the engine's own choice is
+    # decoder_precision.INT8_HEAD_DTYPE (a test holds the two equal)
+    head_dtype: str | None = "bfloat16"
     precisions: tuple[str, ...] = ()  # the engine.precision values that run this decoder
     free_running: bool = True  # False: teacher-forced only (a slow, bench-only variant)
 
 
 def variants() -> list[Variant]:
-    """Every decoder the engine can run, plus int8 weights with fp32 activations (the
-    kernel's exact but slow input dtype, for comparison)."""
+    """Every decoder the engine can run, plus bench-only neighbours of the int8 recipe: its
+    prefill in fp32 (what a CPU without bf16 units runs), its head quantised too (the recipe
+    before the head was kept in bf16), its kernel fed fp32 activations (exact but slow)."""
     from daemon.engines.mineru.runtimes.transformers_model import native_bf16
 
     dense = "bfloat16" if native_bf16() else "float32"
     return [
         Variant("bf16", "bfloat16", precisions=("bf16", "mixed")),
         Variant("int8", "int8", "bfloat16", dense, precisions=("int8", "bf16-int8")),
+        Variant("int8 (fp32 prefill)", "int8", "bfloat16", "float32"),
+        Variant("int8 (head int8)", "int8", "bfloat16", dense, None),
+        Variant("int8 (head fp32)", "int8", "bfloat16", dense, "float32"),
         Variant("int8 (fp32 activations)", "int8", "float32", "float32", free_running=False),
         Variant("int8-dynamic", "int8-dynamic", precisions=("int8-dynamic", "bf16-int8-dynamic")),
     ]
@@ -200,6 +207,7 @@ def prepare(base: Any, variant: Variant) -> Any:
         variant.recipe,
         dense_dtype=variant.dense_dtype,
         activation_dtype=variant.activation_dtype,
+        head_dtype=variant.head_dtype,
     )
     return model
 

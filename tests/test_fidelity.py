@@ -73,3 +73,10 @@ def test_the_lossy_decoder_fails_the_gate_the_suite_holds_auto_to(
     top1 = result.agree / result.positions
     kl = result.kl_sum / result.positions
     assert top1 < gate.top1 or kl > gate.kl
+
+
+def test_the_bench_keeps_the_int8_head_as_the_engine_does() -> None:
+    """The bench's int8 variants measure the engine's recipe: the same head dtype."""
+    from daemon.engines.mineru.runtimes.decoder_precision import INT8_HEAD_DTYPE
+
+    assert Variant("int8", "int8").head_dtype == INT8_HEAD_DTYPE

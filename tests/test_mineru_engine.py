@@ -367,16 +367,16 @@ def test_missing_weights_offline_fail_fast_with_the_pull_hint(
 
 
 def test_auto_precision_follows_cpu_flags() -> None:
-    # bf16 vision where the CPU computes bf16 natively, fp32 vision elsewhere; bf16 decoder
-    # (the int8 ones fail the fidelity gate: never auto's choice).
+    # bf16 everywhere where the CPU computes bf16 natively; elsewhere fp32 vision and the
+    # weight-only int8 decoder (it passes the fidelity gate; emulated bf16 is slower).
     assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16"
     assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16"
-    assert auto_precision({"avx2", "fma"}, env={}) == "mixed"
-    assert auto_precision(set(), env={}) == "mixed"
-    # torch capped below native bf16 emulates it: then fp32 vision, whatever the CPU has
+    assert auto_precision({"avx2", "fma"}, env={}) == "int8"
+    assert auto_precision(set(), env={}) == "int8"
+    # torch capped below native bf16 emulates it: then int8, whatever the CPU has
     amx = {"avx2", "avx512_bf16", "amx_bf16"}
-    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "mixed"
-    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "mixed"
+    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "int8"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "int8"
     assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16"
     for flags in ({"avx2"}, amx):
         assert auto_precision(flags, env={}) not in LOSSY_PRECISIONS
@@ -485,7 +485,11 @@ def test_int8_decoder_is_cached_on_disk_keyed_and_verified(
     import torch
     from safetensors.torch import load_file, save_file
 
-    from daemon.engines.mineru.runtimes.decoder_precision import DecoderCache, _get
+    from daemon.engines.mineru.runtimes.decoder_precision import (
+        INT8_HEAD_DTYPE,
+        DecoderCache,
+        _get,
+    )
     from daemon.engines.mineru.runtimes.transformers_model import (
         checkpoint_fingerprint,
         load_model,
@@ -524,11 +528,64 @@ def test_int8_decoder_is_cached_on_disk_keyed_and_verified(
 
     # Another checkpoint revision (here: a weight file rewritten) gets its own entry.
     weights = resolve_weights(str(tiny_model), None)
-    key = DecoderCache.for_checkpoint(cache, checkpoint_fingerprint(weights), "int8", "bfloat16")
+    fingerprint = checkpoint_fingerprint(weights)
+    key = DecoderCache.for_checkpoint(cache, fingerprint, "int8", "bfloat16", INT8_HEAD_DTYPE)
     assert key.tensors == tensors
-    other = DecoderCache.for_checkpoint(cache, checkpoint_fingerprint(weights) + "x", "int8",
-                                        "bfloat16")  # fmt: skip
+    other = DecoderCache.for_checkpoint(cache, fingerprint + "x", "int8", "bfloat16",
+                                        INT8_HEAD_DTYPE)  # fmt: skip
     assert other.key != key.key
+    # So does another head recipe (the layers saved differ: the head is one of them or not).
+    head = DecoderCache.for_checkpoint(cache, fingerprint, "int8", "bfloat16", None)
+    assert head.key != key.key
+
+
+def test_int8_keeps_a_tied_head_in_bf16_shared_with_the_embeddings(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """The int8 recipe quantises the decoder's layers only: the output head stays the
+    checkpoint's bf16 matrix, and a tied model's embeddings read that same matrix (one copy,
+    not an fp32 one beside it), widened to fp32 as they are looked up."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from daemon.engines.mineru.runtimes.int8_linear import (
+        Int8WeightOnlyLinear,
+        KeptEmbedding,
+        KeptHead,
+    )
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
+
+    folder = tmp_path / "tied"
+    shutil.copytree(tiny_model, folder)
+    raw = json.loads((folder / "config.json").read_text())
+    raw["tie_word_embeddings"] = True
+    raw["text_config"].pop("tie_word_embeddings", None)
+    (folder / "config.json").write_text(json.dumps(raw))
+    (weights_file,) = folder.glob("*.safetensors")
+    tensors = load_file(str(weights_file))
+    save_file(
+        {k: v for k, v in tensors.items() if not k.endswith("lm_head.weight")},
+        str(weights_file),
+        metadata={"format": "pt"},
+    )
+    reference = load_model(str(folder), None, precision="fp32").model
+    want = reference.lm_head.weight.detach().clone()
+
+    qwen = load_model(str(folder), None, precision="int8", decoder_cache=tmp_path / "c").model
+    head, embed = qwen.lm_head, qwen.model.language_model.embed_tokens
+    assert isinstance(head, KeptHead) and isinstance(embed, KeptEmbedding)
+    assert head.weight.dtype == torch.bfloat16
+    assert head.weight.data_ptr() == embed.weight.data_ptr()
+    assert torch.equal(head.weight.float(), want.to(torch.bfloat16).float())
+    ids = torch.tensor([[1, 2, 3]])
+    looked_up = embed(ids)
+    assert looked_up.dtype == torch.float32
+    assert torch.equal(looked_up, want.to(torch.bfloat16).float()[ids])
+    layers = [m for m in qwen.model.language_model.modules() if isinstance(m, torch.nn.Linear)]
+    assert not layers, "every decoder layer is int8"
+    assert any(isinstance(m, Int8WeightOnlyLinear) for m in qwen.modules())
 
 
 def test_a_lossy_precision_is_loaded_with_a_warning_and_auto_never_is_one(

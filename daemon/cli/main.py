@@ -108,9 +108,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     print(f"{cfg.source}: OK")
     if cfg.engine.name == "mineru" and cfg.engine.precision in LOSSY_PRECISIONS:
         print(
-            f"warning: engine.precision {cfg.engine.precision} is lossy (its int8 decoder "
+            f"warning: engine.precision {cfg.engine.precision} is lossy (its dynamic int8 decoder "
             "fails the fidelity gate against fp32 on real trained decoders: README, "
-            "Precision); auto, bf16, mixed and fp32 pass it"
+            "Precision); auto, fp32, bf16, mixed, int8 and bf16-int8 pass it"
         )
     if args.show:
         print(yaml.safe_dump(redacted_dict(cfg), sort_keys=False, allow_unicode=True))

@@ -87,7 +87,7 @@ Precision = Literal[
 ]
 # Precisions that fail the fidelity gate (bench/fidelity.py): selectable, never by `auto`,
 # and named as lossy by check-config and in the worker's log.
-LOSSY_PRECISIONS: tuple[str, ...] = ("int8", "bf16-int8", "int8-dynamic", "bf16-int8-dynamic")
+LOSSY_PRECISIONS: tuple[str, ...] = ("int8-dynamic", "bf16-int8-dynamic")
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
@@ -347,8 +347,8 @@ class EngineConfig:
     precision: Precision = setting(
         default="auto",
         choices=get_args(Precision),
-        doc="`auto`, `fp32`, `bf16`, `mixed`; lossy (fail the fidelity gate): `int8`,"
-        " `bf16-int8`, `int8-dynamic`, `bf16-int8-dynamic` (see below)",
+        doc="`auto`, `fp32`, `bf16`, `mixed`, `int8`, `bf16-int8`; lossy (fail the fidelity"
+        " gate): `int8-dynamic`, `bf16-int8-dynamic` (see below)",
     )
     # 8: decoding 8 rows costs little more per step than 1 (memory-bound), while larger
     # batches mostly add padding on a page's ~20 blocks (docs/benchmarks.md).

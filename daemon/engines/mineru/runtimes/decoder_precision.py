@@ -8,10 +8,11 @@ exactly what the engine runs.
 Recipes (decoder and lm_head; embeddings and norms keep the decoder's float dtype):
 
 - ``float32``, ``bfloat16``: a cast.
-- ``int8``: weight-only int8, one scale per output channel, activations in bf16 for the
-  kernel, residual stream, norms and attention in fp32 (int8_linear.py). Close to faithful
-  but misses the SmolLM2 top-1 gate narrowly (98.35 % against 98.5 %; its KL passes), so
-  `auto` does not pick it (README, docs/benchmarks.md).
+- ``int8``: weight-only int8 for the decoder's layers, one scale per output channel,
+  activations in bf16 for the kernel, residual stream, norms and attention in fp32
+  (int8_linear.py); the output head (and a tied model's embeddings) kept in bf16. Passes
+  both gates (SmolLM2 98.90 % / KL 0.0024, Qwen2 99.89 % / 0.0005); with the head quantised
+  too it missed SmolLM2's top-1 (98.35 %), which is why the head is kept.
 - ``int8-dynamic``: PyTorch's dynamic int8 (int8 weights per channel AND activations
   quantised with one scale per tensor at run time). LOSSY on trained weights: the first
   token's huge activation sets the scale and flattens every other token (SmolLM2: 83 %
@@ -51,6 +52,12 @@ CAUSAL_LM = DecoderParts(decoder="model", lm_head="lm_head")
 
 RECIPES = ("float32", "bfloat16", "int8", "int8-dynamic")
 
+# The int8 recipe leaves the output head (and, in a tied model, the embeddings sharing its
+# matrix) unquantised in bf16: MinerU2.5 ships bf16 weights, so those are the checkpoint's
+# own values. The head ranks every token at every step; rounding it to int8 cost the
+# SmolLM2 gate its margin (bench/fidelity.py, docs/benchmarks.md).
+INT8_HEAD_DTYPE = "bfloat16"
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -79,9 +86,9 @@ PRECISIONS: dict[str, Precision] = {
     )
 }
 LOSSY_WARNING = (
-    "engine.precision {name} is lossy: its int8 decoder fails the fidelity gate against fp32 "
-    "on real trained decoders (README, Precision; docs/benchmarks.md): auto, bf16 or mixed "
-    "keep the model's tokens"
+    "engine.precision {name} is lossy: its dynamic int8 decoder fails the fidelity gate "
+    "against fp32 on real trained decoders (README, Precision; docs/benchmarks.md): auto, "
+    "bf16, mixed or int8 keep the model's tokens"
 )
 
 # Labels of the decoder's numerics, as status and the metadata report them.
@@ -126,6 +133,7 @@ def prepare_decoder(
     *,
     dense_dtype: str = "float32",
     activation_dtype: str = "bfloat16",
+    head_dtype: str | None = INT8_HEAD_DTYPE,
     cache: DecoderCache | None = None,
     release: Callable[[list[tuple[int, int]]], None] | None = None,
 ) -> str:
@@ -134,6 +142,8 @@ def prepare_decoder(
     `dense_dtype` is the GEMM dtype of the int8 recipe's large (prefill) calls: bfloat16
     where the CPU computes bf16 natively, else float32. `activation_dtype` is the int8
     kernel's input dtype (bfloat16, the shipped choice; float32 only for the benches).
+    `head_dtype`, for the int8 recipe: the float dtype the lm_head is kept in, unquantised
+    (None: quantised with the decoder, a bench-only variant).
     `cache`, for the int8 recipe: prepared int8 layers are read from it when it holds them
     (verified), else quantised and written to it. `release` is handed the (pointer, bytes)
     of each replaced weight, so a loader can drop the checkpoint pages behind it.
@@ -155,6 +165,7 @@ def prepare_decoder(
             parts,
             getattr(torch, activation_dtype),
             getattr(torch, dense_dtype),
+            None if head_dtype is None else getattr(torch, head_dtype),
             cache,
             release,
         )
@@ -168,10 +179,14 @@ def prepare_decoder(
 def cast_floats(module: Any, dtype: Any) -> None:
     """`module.to(dtype)` for float tensors, parameter by parameter (low peak), skipping the
     int8 layers' own buffers (their scales are in the kernel's dtype on purpose)."""
-    from daemon.engines.mineru.runtimes.int8_linear import Int8WeightOnlyLinear
+    from daemon.engines.mineru.runtimes.int8_linear import (
+        Int8WeightOnlyLinear,
+        KeptEmbedding,
+        KeptHead,
+    )
 
     for sub in module.modules():
-        if isinstance(sub, Int8WeightOnlyLinear):
+        if isinstance(sub, Int8WeightOnlyLinear | KeptEmbedding | KeptHead):
             continue
         for param in list(sub.parameters(recurse=False)):
             if param.is_floating_point() and param.dtype != dtype:
@@ -186,12 +201,16 @@ def _int8_weight_only(
     parts: DecoderParts,
     activation: Any,
     dense: Any,
+    head: Any,
     cache: DecoderCache | None,
     release: Callable[[list[tuple[int, int]]], None] | None,
 ) -> None:
     from daemon.engines.mineru.runtimes.int8_linear import Int8WeightOnlyLinear
 
     names = linear_names(model, parts)
+    if head is not None:
+        names = [name for name in names if name != parts.lm_head]
+        _keep_head(model, parts, head)
     stored = cache.load(names) if cache is not None else None
     layers: dict[str, Int8WeightOnlyLinear] = {}
     for name in names:
@@ -209,6 +228,23 @@ def _int8_weight_only(
             release(old)
     if cache is not None and stored is None:
         cache.save(layers)
+
+
+def _keep_head(model: Any, parts: DecoderParts, dtype: Any) -> None:
+    """Leave the lm_head unquantised, in `dtype`; for a tied model (MinerU2.5, SmolLM2,
+    Qwen2.5-0.5B) the embeddings then share that one matrix instead of a second copy."""
+    import torch
+
+    from daemon.engines.mineru.runtimes.int8_linear import KeptEmbedding, KeptHead
+
+    decoder = _get(model, parts.decoder)
+    linear = _get(model, parts.lm_head)
+    embeddings = decoder.get_input_embeddings()
+    tied = embeddings.weight.data_ptr() == linear.weight.data_ptr()
+    weight = linear.weight.detach().to(dtype)
+    _set(model, parts.lm_head, KeptHead(weight, linear.bias))
+    if tied:
+        decoder.set_input_embeddings(KeptEmbedding(weight, embeddings.padding_idx, torch.float32))
 
 
 def _int8_dynamic(model: Any, parts: DecoderParts) -> None:
@@ -252,7 +288,7 @@ def _int8_dynamic(model: Any, parts: DecoderParts) -> None:
 
 
 # Bumped whenever the file layout or the quantisation rule changes: old files then miss.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 def default_cache_dir() -> Path:
@@ -275,7 +311,12 @@ class DecoderCache:
 
     @classmethod
     def for_checkpoint(
-        cls, folder: Path, fingerprint: str, recipe: str, activation_dtype: str
+        cls,
+        folder: Path,
+        fingerprint: str,
+        recipe: str,
+        activation_dtype: str,
+        head_dtype: str | None = None,
     ) -> DecoderCache:
         import torch
 
@@ -284,6 +325,7 @@ class DecoderCache:
             "torch": torch.__version__,
             "recipe": recipe,
             "activations": activation_dtype,
+            "head": head_dtype,
             "format": CACHE_FORMAT,
         }
         digest = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:32]

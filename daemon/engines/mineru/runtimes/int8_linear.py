@@ -119,3 +119,62 @@ def quantize_rows(
     scales = torch.where(scales > 0, scales, torch.ones_like(scales))
     q = torch.round(w / scales.float()[:, None]).clamp_(-127, 127).to(torch.int8)
     return q, scales
+
+
+class KeptHead(nn.Module):
+    """The output head left unquantised, in its own float dtype (bf16: the checkpoint's own
+    values for MinerU2.5), beside a decoder whose residual stream is fp32.
+
+    The head scores every vocabulary entry at every step, so its rounding decides ties
+    between close tokens: int8 there cost the fidelity gate most of its margin
+    (bench/fidelity.py). Logits come back in the input's dtype.
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.out_features, self.in_features = (int(n) for n in weight.shape)
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(weight.dtype))
+
+    def _apply(self, fn: Any, recurse: bool = True) -> KeptHead:
+        # A later `.to(float32)` of the model must not widen the head: keep its dtype.
+        weight, bias = self.weight, self.bias
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self.weight, self.bias = weight, bias
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y: torch.Tensor = F.linear(x.to(self.weight.dtype), self.weight, self.bias)
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, {self.weight.dtype}"
+        )
+
+
+class KeptEmbedding(nn.Module):
+    """Token embeddings that share the KeptHead's matrix (tied models): one copy in the
+    head's dtype, looked up rows widened to `out_dtype` for the fp32 residual stream."""
+
+    weight: torch.Tensor
+
+    def __init__(
+        self, weight: torch.Tensor, padding_idx: int | None, out_dtype: torch.dtype
+    ) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.padding_idx = padding_idx
+        self.out_dtype = out_dtype
+
+    def _apply(self, fn: Any, recurse: bool = True) -> KeptEmbedding:
+        weight = self.weight
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self.weight = weight
+        return self
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids, self.weight, self.padding_idx).to(self.out_dtype)
