@@ -367,17 +367,17 @@ def test_missing_weights_offline_fail_fast_with_the_pull_hint(
 
 
 def test_auto_precision_follows_cpu_flags() -> None:
-    # bf16 everywhere where the CPU computes bf16 natively; elsewhere fp32 vision and the
-    # weight-only int8 decoder (it passes the fidelity gate; emulated bf16 is slower).
-    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16"
-    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16"
+    # The weight-only int8 decoder everywhere (it passes the fidelity gate); bf16 vision
+    # where the CPU computes bf16 natively, fp32 vision elsewhere.
+    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16-int8"
+    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16-int8"
     assert auto_precision({"avx2", "fma"}, env={}) == "int8"
     assert auto_precision(set(), env={}) == "int8"
     # torch capped below native bf16 emulates it: then int8, whatever the CPU has
     amx = {"avx2", "avx512_bf16", "amx_bf16"}
     assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "int8"
     assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "int8"
-    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16-int8"
     for flags in ({"avx2"}, amx):
         assert auto_precision(flags, env={}) not in LOSSY_PRECISIONS
 
@@ -600,3 +600,35 @@ def test_a_lossy_precision_is_loaded_with_a_warning_and_auto_never_is_one(
     with caplog.at_level("WARNING"):
         loaded = load_model(str(tiny_model), None, precision="auto", decoder_cache=tmp_path)
     assert loaded.precision not in LOSSY_PRECISIONS and "lossy" not in caplog.text
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_the_vision_tower_with_inplace_quick_gelu_gives_the_same_bits(
+    tiny_model: Path, precision: str
+) -> None:
+    """The loader swaps the vision MLPs' QuickGELU for an in-place one (a lower peak on
+    batches of crops): the tower's output must be bit for bit what transformers computes."""
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+    from transformers.activations import QuickGELUActivation
+
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
+
+    loaded = load_model(str(tiny_model), None, precision=precision)
+    visual = loaded.model.model.visual
+    acts = [type(block.mlp.act).__name__ for block in visual.blocks]
+    assert acts and all(name == "InPlaceQuickGELU" for name in acts), acts
+    reference = Qwen2VLForConditionalGeneration.from_pretrained(
+        str(tiny_model), dtype=visual.dtype, attn_implementation="sdpa"
+    ).model.visual
+    assert all(type(block.mlp.act) is QuickGELUActivation for block in reference.blocks)
+    torch.manual_seed(0)
+    grid = torch.tensor([[1, 8, 12], [1, 4, 4]])
+    patches = int(sum(int(t * h * w) for t, h, w in grid))
+    pixels = torch.randn(patches, 3 * 2 * 14 * 14).to(visual.dtype)
+    with torch.inference_mode():
+        got = visual(pixels, grid_thw=grid)
+        want = reference(pixels, grid_thw=grid)
+    got_t = got if torch.is_tensor(got) else got.pooler_output
+    want_t = want if torch.is_tensor(want) else want.pooler_output
+    assert torch.equal(got_t, want_t)
