@@ -632,3 +632,40 @@ def test_the_vision_tower_with_inplace_quick_gelu_gives_the_same_bits(
     got_t = got if torch.is_tensor(got) else got.pooler_output
     want_t = want if torch.is_tensor(want) else want.pooler_output
     assert torch.equal(got_t, want_t)
+
+
+def test_an_fp32_vision_tower_from_a_bf16_checkpoint_keeps_bf16_weights_same_bits(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Where the vision tower computes in fp32 (int8, mixed, fp32 precisions) from a bf16
+    checkpoint, its linear weights stay in bf16 and are widened per call: half the
+    memory, and the tower's output is bit for bit that of an fp32 copy."""
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    from daemon.engines.mineru.runtimes.int8_linear import Bf16StoredLinear
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
+
+    folder = tmp_path / "bf16"
+    shutil.copytree(tiny_model, folder)
+    Qwen2VLForConditionalGeneration.from_pretrained(
+        str(folder), dtype=torch.bfloat16
+    ).save_pretrained(str(folder))
+    loaded = load_model(str(folder), None, precision="int8", decoder_cache=tmp_path / "c")
+    visual = loaded.model.model.visual
+    stored = [m for m in visual.modules() if isinstance(m, Bf16StoredLinear)]
+    assert stored and not [m for m in visual.modules() if type(m) is torch.nn.Linear]
+    assert all(m.weight.dtype == torch.bfloat16 for m in stored)
+    assert loaded.dtype_vision == "float32"
+    fp32 = Qwen2VLForConditionalGeneration.from_pretrained(
+        str(folder), dtype=torch.float32, attn_implementation="sdpa"
+    ).model.visual
+    torch.manual_seed(1)
+    grid = torch.tensor([[1, 8, 8]])
+    pixels = torch.randn(64, 3 * 2 * 14 * 14)
+    with torch.inference_mode():
+        got, want = visual(pixels, grid_thw=grid), fp32(pixels, grid_thw=grid)
+    got_t = got if torch.is_tensor(got) else got.pooler_output
+    want_t = want if torch.is_tensor(want) else want.pooler_output
+    assert got_t.dtype == torch.float32
+    assert torch.equal(got_t, want_t)

@@ -1,5 +1,11 @@
-"""Weight-only int8 linear layer: int8 weights with one scale per output channel, activations
-kept in bf16/fp32.
+"""Linear layers whose weights are stored narrower than they compute with.
+
+- Int8WeightOnlyLinear: int8 weights with one scale per output channel, activations kept in
+  bf16/fp32 (the decoder's layers).
+- KeptHead / KeptEmbedding: the output head in bf16 beside an fp32 residual stream, shared
+  with a tied model's embeddings.
+- Bf16StoredLinear: bf16 weights widened to fp32 as they are used (the vision tower where it
+  computes in fp32, from a bf16 checkpoint: the same values at half the memory).
 
 Decoding one token reads every weight of the decoder once, so its speed is set by the bytes
 read: int8 weights halve bf16's. What must not be quantised is the activation: one scale for
@@ -178,3 +184,40 @@ class KeptEmbedding(nn.Module):
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.weight, self.padding_idx).to(self.out_dtype)
+
+
+class Bf16StoredLinear(nn.Module):
+    """nn.Linear whose weight is kept in bf16 and widened to the input's dtype per call.
+
+    For a bf16 checkpoint run in fp32 (the vision tower where bf16 would be emulated) the
+    widened weight holds exactly the values an fp32 copy would, so the output is the same
+    bits, while the resident weight takes half the memory: the fp32 vision tower of
+    MinerU2.5 is 2.7 GB, and on such CPUs it was what kept the worker above 4 GB. The cost
+    is one bf16 -> fp32 conversion of the weight per call, small beside a GEMM over
+    thousands of patches.
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        if weight.dtype != torch.bfloat16:
+            raise ValueError("Bf16StoredLinear keeps bf16 weights only")
+        self.out_features, self.in_features = (int(n) for n in weight.shape)
+        self.register_buffer("weight", weight)
+        self.register_buffer("bias", None if bias is None else bias.detach())
+
+    def _apply(self, fn: Any, recurse: bool = True) -> Bf16StoredLinear:
+        # A cast of the tower to fp32 widens the bias, never the stored weight.
+        weight = self.weight
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self.weight = weight
+        return self
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self.weight.to(x.dtype), bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, stored bf16"

@@ -348,6 +348,8 @@ def load_model(
     dtype_decoder = _prepare_decoder(qwen, weights, spec, load_dtype, decoder_cache, release)
     gc.collect()
     vision_dtype = getattr(torch, spec.vision)
+    if vision_dtype == torch.float32 and stored_bf16:
+        store_linears_bf16(qwen.model.visual)
     if qwen.model.visual.dtype != vision_dtype:
         cast_in_chunks(qwen.model.visual, vision_dtype)
     gc.collect()
@@ -497,6 +499,27 @@ def stored_dtype(folder: Path) -> str | None:
     if value is None and isinstance(raw.get("text_config"), dict):
         value = raw["text_config"].get("dtype") or raw["text_config"].get("torch_dtype")
     return str(value) if value else None
+
+
+def store_linears_bf16(module: Any) -> int:
+    """Swap every bf16 nn.Linear under `module` for a Bf16StoredLinear; return how many.
+
+    Each weight is copied out of the checkpoint mapping (anonymous memory: the loader then
+    releases the mapping's pages as for any other tensor); the copy is the stored bf16.
+    """
+    import torch
+    from torch import nn
+
+    from daemon.engines.mineru.runtimes.int8_linear import Bf16StoredLinear
+
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Linear and child.weight.dtype == torch.bfloat16:
+                stored = Bf16StoredLinear(child.weight.detach().clone(), child.bias)
+                setattr(parent, name, stored)
+                swapped += 1
+    return swapped
 
 
 def use_inplace_quick_gelu(visual: Any) -> int:
