@@ -415,3 +415,33 @@ def test_a_missing_inbox_and_outbox_degrade_and_show_everywhere(
     as_json = st.to_json()
     assert as_json["inboxes"][0]["missing_since"] == NOW - 125  # type: ignore[index]
     assert as_json["worker"]["engine_switches"] == 1  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("precision", "shown"),
+    [
+        ("bf16-int8", "99.89 % (Qwen2.5-0.5B), 98.90 % (SmolLM2-135M): passes the gate"),
+        ("int8-dynamic", "92.47 % (Qwen2.5-0.5B), 82.64 % (SmolLM2-135M): FAILS the gate"),
+    ],
+)
+def test_status_shows_the_precisions_fidelity_beside_it(
+    store: Store, cfg: Config, precision: str, shown: str
+) -> None:
+    from daemon.cli.main import render_status
+    from daemon.service.status import collect
+
+    live = live_ok(cfg, engine_info={"name": "mineru", "model_id": "m", "precision": precision})
+    text = render_status(collect(cfg, now=NOW, store=store, live=lambda: live, monotonic=MONO))
+    assert f"precision {precision}" in text
+    assert f"fidelity: decoder top-1 vs fp32 {shown}" in text, text
+
+
+def test_every_precision_but_the_reference_has_its_fidelity_figures() -> None:
+    from typing import get_args
+
+    from daemon.config.settings import LOSSY_PRECISIONS, PRECISION_FIDELITY, Precision
+
+    assert set(PRECISION_FIDELITY) == set(get_args(Precision)) - {"auto", "fp32"}
+    # Figures and labels agree: a lossy precision is one whose figures miss the gate.
+    for name, (qwen2, smollm2) in PRECISION_FIDELITY.items():
+        assert (name in LOSSY_PRECISIONS) == (qwen2 < 99.5 or smollm2 < 98.5), name

@@ -29,6 +29,7 @@ from daemon.common.live import InboxFacts
 from daemon.common.units import age, gib, mib, since
 from daemon.config.settings import (
     LOSSY_PRECISIONS,
+    PRECISION_FIDELITY,
     Config,
     ConfigError,
     EngineConfig,
@@ -218,6 +219,13 @@ def render_status(st: Status) -> str:
     if eng.runtime and eng.runtime != "transformers":
         line += f", runtime {eng.runtime}" + (f" on {eng.server}" if eng.server else "")
     out.append(line)
+    fidelity = PRECISION_FIDELITY.get(eng.precision or "")
+    if eng.model_id and fidelity and eng.runtime in ("", None, "transformers"):
+        verdict = "FAILS" if eng.precision in LOSSY_PRECISIONS else "passes"
+        out.append(
+            f"  fidelity: decoder top-1 vs fp32 {fidelity[0]:.2f} % (Qwen2.5-0.5B), "
+            f"{fidelity[1]:.2f} % (SmolLM2-135M): {verdict} the gate (bench/fidelity.py)"
+        )
     if st.fallback_reason:
         out.append(f"  FALLBACK: {st.fallback_reason}")
         out.append(f"  fix: {st.fallback_fix}")

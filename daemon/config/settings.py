@@ -88,6 +88,18 @@ Precision = Literal[
 # Precisions that fail the fidelity gate (bench/fidelity.py): selectable, never by `auto`,
 # and named as lossy by check-config and in the worker's log.
 LOSSY_PRECISIONS: tuple[str, ...] = ("int8-dynamic", "bf16-int8-dynamic")
+# What bench/fidelity.py measured for each precision's decoder: teacher-forced top-1
+# agreement with fp32 on Qwen2.5-Coder-0.5B (MinerU2.5's decoder class) and SmolLM2-135M,
+# in percent (docs/benchmarks.md, 2026-12-04); `docinbox status` shows it beside the
+# precision. fp32 is the reference itself.
+PRECISION_FIDELITY: dict[str, tuple[float, float]] = {
+    "bf16": (99.79, 98.90),
+    "mixed": (99.79, 98.90),
+    "int8": (99.89, 98.90),
+    "bf16-int8": (99.89, 98.90),
+    "int8-dynamic": (92.47, 82.64),
+    "bf16-int8-dynamic": (92.47, 82.64),
+}
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
 
