@@ -178,15 +178,11 @@ def prepare_decoder(
 
 def cast_floats(module: Any, dtype: Any) -> None:
     """`module.to(dtype)` for float tensors, parameter by parameter (low peak), skipping the
-    int8 layers' own buffers (their scales are in the kernel's dtype on purpose)."""
-    from daemon.engines.mineru.runtimes.int8_linear import (
-        Int8WeightOnlyLinear,
-        KeptEmbedding,
-        KeptHead,
-    )
+    layers that keep a dtype on purpose (int8 scales, the bf16 head: int8_linear.KeepsDtype)."""
+    from daemon.engines.mineru.runtimes.int8_linear import KeepsDtype
 
     for sub in module.modules():
-        if isinstance(sub, Int8WeightOnlyLinear | KeptEmbedding | KeptHead):
+        if isinstance(sub, KeepsDtype):
             continue
         for param in list(sub.parameters(recurse=False)):
             if param.is_floating_point() and param.dtype != dtype:

@@ -35,7 +35,27 @@ DENSE_ROWS = 32
 KERNEL_K_MULTIPLE = 32
 
 
-class Int8WeightOnlyLinear(nn.Module):
+class KeepsDtype(nn.Module):
+    """A module whose `kept` tensors keep their dtype through `module.to(dtype)` casts.
+
+    The loaders cast whole decoders and towers (`decoder.to(float32)`, `cast_in_chunks`);
+    these layers hold tensors in a dtype chosen on purpose (int8 scales in the kernel's
+    activation dtype, a bf16 head or stored weight), which such a cast must not change. A
+    device move still applies to them.
+    """
+
+    kept: tuple[str, ...] = ()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> KeepsDtype:
+        saved = {name: getattr(self, name) for name in self.kept}
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        for name, tensor in saved.items():
+            moved = getattr(self, name)
+            setattr(self, name, None if tensor is None else tensor.to(moved.device))
+        return self
+
+
+class Int8WeightOnlyLinear(KeepsDtype):
     """Drop-in for nn.Linear: y = x @ (q * s[:, None]).T + b, with q int8 and s per row.
 
     `compute_dtype` is what activations are cast to for the int8 kernel (bf16: the fast
@@ -49,6 +69,8 @@ class Int8WeightOnlyLinear(nn.Module):
     weight_int8: torch.Tensor
     scales: torch.Tensor
     bias: torch.Tensor | None
+    # The kernel requires scales in the activation dtype: keep them as quantised.
+    kept = ("scales",)
 
     def __init__(
         self,
@@ -77,14 +99,6 @@ class Int8WeightOnlyLinear(nn.Module):
         q, scales = quantize_rows(linear.weight, compute_dtype)
         bias = None if linear.bias is None else linear.bias.detach().float()
         return cls(q, scales, bias, dense_dtype)
-
-    def _apply(self, fn: Any, recurse: bool = True) -> Int8WeightOnlyLinear:
-        # `decoder.to(float32)` must not turn the kernel's scales into another dtype: the
-        # kernel requires scales in the activation dtype. Keep them as quantised.
-        scales = self.scales
-        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
-        self.scales = scales.to(self.weight_int8.device)
-        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features)
@@ -127,7 +141,7 @@ def quantize_rows(
     return q, scales
 
 
-class KeptHead(nn.Module):
+class KeptHead(KeepsDtype):
     """The output head left unquantised, in its own float dtype (bf16: the checkpoint's own
     values for MinerU2.5), beside a decoder whose residual stream is fp32.
 
@@ -138,19 +152,13 @@ class KeptHead(nn.Module):
 
     weight: torch.Tensor
     bias: torch.Tensor | None
+    kept = ("weight", "bias")  # a later `.to(float32)` of the model must not widen the head
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
         self.out_features, self.in_features = (int(n) for n in weight.shape)
         self.register_buffer("weight", weight)
         self.register_buffer("bias", None if bias is None else bias.detach().to(weight.dtype))
-
-    def _apply(self, fn: Any, recurse: bool = True) -> KeptHead:
-        # A later `.to(float32)` of the model must not widen the head: keep its dtype.
-        weight, bias = self.weight, self.bias
-        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
-        self.weight, self.bias = weight, bias
-        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y: torch.Tensor = F.linear(x.to(self.weight.dtype), self.weight, self.bias)
@@ -162,11 +170,12 @@ class KeptHead(nn.Module):
         )
 
 
-class KeptEmbedding(nn.Module):
+class KeptEmbedding(KeepsDtype):
     """Token embeddings that share the KeptHead's matrix (tied models): one copy in the
     head's dtype, looked up rows widened to `out_dtype` for the fp32 residual stream."""
 
     weight: torch.Tensor
+    kept = ("weight",)
 
     def __init__(
         self, weight: torch.Tensor, padding_idx: int | None, out_dtype: torch.dtype
@@ -176,17 +185,11 @@ class KeptEmbedding(nn.Module):
         self.padding_idx = padding_idx
         self.out_dtype = out_dtype
 
-    def _apply(self, fn: Any, recurse: bool = True) -> KeptEmbedding:
-        weight = self.weight
-        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
-        self.weight = weight
-        return self
-
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(ids, self.weight, self.padding_idx).to(self.out_dtype)
 
 
-class Bf16StoredLinear(nn.Module):
+class Bf16StoredLinear(KeepsDtype):
     """nn.Linear whose weight is kept in bf16 and widened to the input's dtype per call.
 
     For a bf16 checkpoint run in fp32 (the vision tower where bf16 would be emulated) the
@@ -199,6 +202,7 @@ class Bf16StoredLinear(nn.Module):
 
     weight: torch.Tensor
     bias: torch.Tensor | None
+    kept = ("weight",)  # a cast of the tower to fp32 widens the bias, never the weight
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
@@ -207,13 +211,6 @@ class Bf16StoredLinear(nn.Module):
         self.out_features, self.in_features = (int(n) for n in weight.shape)
         self.register_buffer("weight", weight)
         self.register_buffer("bias", None if bias is None else bias.detach())
-
-    def _apply(self, fn: Any, recurse: bool = True) -> Bf16StoredLinear:
-        # A cast of the tower to fp32 widens the bias, never the stored weight.
-        weight = self.weight
-        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
-        self.weight = weight
-        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.to(x.dtype)
