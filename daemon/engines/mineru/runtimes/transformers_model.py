@@ -349,7 +349,7 @@ def load_model(
     gc.collect()
     vision_dtype = getattr(torch, spec.vision)
     if vision_dtype == torch.float32 and stored_bf16:
-        store_linears_bf16(qwen.model.visual, _file_page_releaser())
+        store_linears_bf16(qwen.model.visual, release)
     if qwen.model.visual.dtype != vision_dtype:
         cast_in_chunks(qwen.model.visual, vision_dtype)
     gc.collect()
