@@ -399,21 +399,13 @@ def test_top_level_tie_word_embeddings_wins(tiny_model: Path, tmp_path: Path) ->
     assert config.get_text_config(decoder=True).tie_word_embeddings is True
 
 
-def test_a_tied_checkpoint_without_lm_head_loads_with_the_embeddings_as_head(
-    tiny_model: Path, tmp_path: Path
-) -> None:
-    """MinerU2.5 stores no lm_head: it is the input embedding. mineru-vl-utils ships its
-    tie fix because transformers 5.x releases have treated such a head as missing and
-    initialised it randomly (noise out); whatever transformers is installed, the
-    production load must end with the head tied to the stored embeddings."""
+def tied_checkpoint(tiny_model: Path, folder: Path) -> dict[str, Any]:
+    """A copy of the tiny checkpoint stored as MinerU2.5's is: tie_word_embeddings at the top
+    level only, and no lm_head tensor. Returns the tensors the copy holds."""
     import json
 
-    import torch
     from safetensors.torch import load_file, save_file
 
-    from daemon.engines.mineru.runtimes.transformers_model import load_model
-
-    folder = tmp_path / "tied"
     shutil.copytree(tiny_model, folder)
     raw = json.loads((folder / "config.json").read_text())
     raw["tie_word_embeddings"] = True  # top level only, as in MinerU2.5's config.json
@@ -426,6 +418,43 @@ def test_a_tied_checkpoint_without_lm_head_loads_with_the_embeddings_as_head(
     for k in head:
         del tensors[k]
     save_file(tensors, str(weights_file), metadata={"format": "pt"})
+    return tensors
+
+
+def bf16_checkpoint(tiny_model: Path, folder: Path) -> Any:
+    """A copy of the tiny checkpoint stored in bf16, as MinerU2.5 ships; returns the bf16
+    model it was saved from."""
+    import torch
+    from transformers import Qwen2VLForConditionalGeneration
+
+    shutil.copytree(tiny_model, folder)
+    ref = Qwen2VLForConditionalGeneration.from_pretrained(str(folder), dtype=torch.bfloat16)
+    ref.save_pretrained(str(folder))
+    return ref
+
+
+def vision_features(visual: Any, pixels: Any, grid: Any) -> Any:
+    """The vision tower's output tensor (transformers returns it bare or in a ModelOutput)."""
+    import torch
+
+    with torch.inference_mode():
+        out = visual(pixels, grid_thw=grid)
+    return out if torch.is_tensor(out) else out.pooler_output
+
+
+def test_a_tied_checkpoint_without_lm_head_loads_with_the_embeddings_as_head(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """MinerU2.5 stores no lm_head: it is the input embedding. mineru-vl-utils ships its
+    tie fix because transformers 5.x releases have treated such a head as missing and
+    initialised it randomly (noise out); whatever transformers is installed, the
+    production load must end with the head tied to the stored embeddings."""
+    import torch
+
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
+
+    folder = tmp_path / "tied"
+    tensors = tied_checkpoint(tiny_model, folder)
     embed_key = next(k for k in tensors if k.endswith("embed_tokens.weight"))
 
     loaded = load_model(str(folder), None, precision="fp32")
@@ -446,17 +475,12 @@ def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
 ) -> None:
     """MinerU2.5 ships bf16 weights: loading them as bf16 and up-casting only what runs in
     fp32 must give exactly the stored values (bf16 -> fp32 is exact), at a lower peak."""
-    import shutil
-
     import torch
-    from transformers import Qwen2VLForConditionalGeneration
 
     from daemon.engines.mineru.runtimes.transformers_model import load_model, stored_dtype
 
     folder = tmp_path / "bf16"
-    shutil.copytree(tiny_model, folder)
-    ref = Qwen2VLForConditionalGeneration.from_pretrained(str(folder), dtype=torch.bfloat16)
-    ref.save_pretrained(str(folder))
+    ref = bf16_checkpoint(tiny_model, folder)
     assert stored_dtype(folder) == "bfloat16"
     loaded = load_model(str(folder), None, precision=precision, decoder_cache=tmp_path / "c")
     assert (loaded.dtype_vision, loaded.dtype_decoder) == (vision, decoder)
@@ -545,10 +569,7 @@ def test_int8_keeps_a_tied_head_in_bf16_shared_with_the_embeddings(
     """The int8 recipe quantises the decoder's layers only: the output head stays the
     checkpoint's bf16 matrix, and a tied model's embeddings read that same matrix (one copy,
     not an fp32 one beside it), widened to fp32 as they are looked up."""
-    import json
-
     import torch
-    from safetensors.torch import load_file, save_file
 
     from daemon.engines.mineru.runtimes.int8_linear import (
         Int8WeightOnlyLinear,
@@ -558,18 +579,7 @@ def test_int8_keeps_a_tied_head_in_bf16_shared_with_the_embeddings(
     from daemon.engines.mineru.runtimes.transformers_model import load_model
 
     folder = tmp_path / "tied"
-    shutil.copytree(tiny_model, folder)
-    raw = json.loads((folder / "config.json").read_text())
-    raw["tie_word_embeddings"] = True
-    raw["text_config"].pop("tie_word_embeddings", None)
-    (folder / "config.json").write_text(json.dumps(raw))
-    (weights_file,) = folder.glob("*.safetensors")
-    tensors = load_file(str(weights_file))
-    save_file(
-        {k: v for k, v in tensors.items() if not k.endswith("lm_head.weight")},
-        str(weights_file),
-        metadata={"format": "pt"},
-    )
+    tied_checkpoint(tiny_model, folder)
     reference = load_model(str(folder), None, precision="fp32").model
     want = reference.lm_head.weight.detach().clone()
 
@@ -626,12 +636,8 @@ def test_the_vision_tower_with_inplace_quick_gelu_gives_the_same_bits(
     grid = torch.tensor([[1, 8, 12], [1, 4, 4]])
     patches = int(sum(int(t * h * w) for t, h, w in grid))
     pixels = torch.randn(patches, 3 * 2 * 14 * 14).to(visual.dtype)
-    with torch.inference_mode():
-        got = visual(pixels, grid_thw=grid)
-        want = reference(pixels, grid_thw=grid)
-    got_t = got if torch.is_tensor(got) else got.pooler_output
-    want_t = want if torch.is_tensor(want) else want.pooler_output
-    assert torch.equal(got_t, want_t)
+    got = vision_features(visual, pixels, grid)
+    assert torch.equal(got, vision_features(reference, pixels, grid))
 
 
 def test_an_fp32_vision_tower_from_a_bf16_checkpoint_keeps_bf16_weights_same_bits(
@@ -647,10 +653,7 @@ def test_an_fp32_vision_tower_from_a_bf16_checkpoint_keeps_bf16_weights_same_bit
     from daemon.engines.mineru.runtimes.transformers_model import load_model
 
     folder = tmp_path / "bf16"
-    shutil.copytree(tiny_model, folder)
-    Qwen2VLForConditionalGeneration.from_pretrained(
-        str(folder), dtype=torch.bfloat16
-    ).save_pretrained(str(folder))
+    bf16_checkpoint(tiny_model, folder)
     loaded = load_model(str(folder), None, precision="int8", decoder_cache=tmp_path / "c")
     visual = loaded.model.model.visual
     stored = [m for m in visual.modules() if isinstance(m, Bf16StoredLinear)]
@@ -663,9 +666,6 @@ def test_an_fp32_vision_tower_from_a_bf16_checkpoint_keeps_bf16_weights_same_bit
     torch.manual_seed(1)
     grid = torch.tensor([[1, 8, 8]])
     pixels = torch.randn(64, 3 * 2 * 14 * 14)
-    with torch.inference_mode():
-        got, want = visual(pixels, grid_thw=grid), fp32(pixels, grid_thw=grid)
-    got_t = got if torch.is_tensor(got) else got.pooler_output
-    want_t = want if torch.is_tensor(want) else want.pooler_output
-    assert got_t.dtype == torch.float32
-    assert torch.equal(got_t, want_t)
+    got = vision_features(visual, pixels, grid)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, vision_features(fp32, pixels, grid))
