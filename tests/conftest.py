@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -62,6 +63,16 @@ def require_mounting(scratch: Path) -> None:
     if r.returncode != 0:
         pytest.skip(f"mount is not permitted here: {r.stderr.strip()}")
     subprocess.run(["umount", str(scratch)], check=True)
+
+
+def drop(src: Path, inbox: Path, name: str | None = None) -> Path:
+    """Copy `src` into `inbox` the way a careful writer (a scanner, rsync) does: a hidden
+    temporary name, then a rename, so the daemon never sees a half-written file."""
+    final = inbox / (name or src.name)
+    tmp = inbox / f".{final.name}.part"
+    shutil.copyfile(src, tmp)
+    os.rename(tmp, final)
+    return final
 
 
 def wait_for(

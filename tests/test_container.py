@@ -41,7 +41,7 @@ import pytest
 import yaml
 
 from tests import docgen
-from tests.conftest import REPO, DaemonProc, wait_for
+from tests.conftest import REPO, DaemonProc, drop, wait_for
 
 CACHE = Path(os.environ.get("DOCINBOX_TEST_CACHE", Path.home() / ".cache" / "docinbox-test"))
 BASE_IMAGE = "docker.io/library/debian:bookworm-slim"
@@ -301,15 +301,6 @@ def run(podman: Podman, image: str) -> Iterator[Any]:
     yield start
     for name in names:
         podman("rm", "-f", "-v", "--time", "0", name, check=False)
-
-
-def drop(src: Path, inbox: Path, name: str | None = None) -> Path:
-    """Copy `src` into `inbox` the way a careful writer does: a temp name, then a rename."""
-    final = inbox / (name or src.name)
-    tmp = inbox / f".{final.name}.part"
-    shutil.copyfile(src, tmp)
-    os.rename(tmp, final)
-    return final
 
 
 def wait_exited(podman: Podman, name: str, timeout: float) -> dict[str, Any]:

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import DaemonFactory, wait_for
+from tests.conftest import DaemonFactory, drop, wait_for
 from tests.docgen import (
     make_bomb_png,
     make_encrypted_pdf,
@@ -25,15 +24,6 @@ from tests.docgen import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def drop(src: Path, inbox: Path, name: str | None = None) -> Path:
-    """Copy into the inbox the way a careful writer does: temp name, then rename."""
-    dest = inbox / (name or src.name)
-    tmp = inbox / f".{dest.name}.part"
-    shutil.copyfile(src, tmp)
-    os.rename(tmp, dest)
-    return dest
 
 
 def test_text_pdf_and_image_become_markdown_and_duplicates_are_skipped(

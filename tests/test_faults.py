@@ -26,7 +26,14 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO, DaemonFactory, DaemonProc, require_mounting, wait_for
+from tests.conftest import (
+    REPO,
+    DaemonFactory,
+    DaemonProc,
+    drop,
+    require_mounting,
+    wait_for,
+)
 from tests.docgen import make_text_pdf
 
 pytestmark = pytest.mark.integration
@@ -35,13 +42,6 @@ OUTPUT_WAIT = "waiting: cannot write the "
 # The archive case says "the outbox" today although the archive is what failed; the
 # prefix keeps that test valid when the message names the real folder.
 WAIT_PREFIX = "waiting: cannot write"
-
-
-def drop(pdf: Path, inbox: Path) -> Path:
-    tmp = inbox / f".{pdf.name}.part"
-    tmp.write_bytes(pdf.read_bytes())
-    os.rename(tmp, inbox / pdf.name)
-    return inbox / pdf.name
 
 
 def status_text(d: DaemonProc) -> str:

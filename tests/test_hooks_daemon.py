@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import pytest
 from standardwebhooks.webhooks import Webhook
 
 from tests.conftest import REPO, DaemonFactory, DaemonProc, wait_for
+from tests.conftest import drop as drop_file
 from tests.docgen import make_text_pdf
 from tests.hookreceiver import Receiver, free_port
 
@@ -40,11 +40,7 @@ def drop(tmp_path: Path, name: str, text: str) -> Path:
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
     pdf = make_text_pdf(src / name, [[f"# {text}", "a line of body text"]])
-    dest = tmp_path / "inbox" / name
-    tmp = dest.with_name(f".{name}.part")
-    shutil.copyfile(pdf, tmp)
-    os.rename(tmp, dest)
-    return dest
+    return drop_file(pdf, tmp_path / "inbox")
 
 
 def webhook(tmp_path: Path, receiver: Receiver, **extra: Any) -> dict[str, Any]:
