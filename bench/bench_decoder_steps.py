@@ -32,6 +32,9 @@ KINDS: dict[str, tuple[str, str, str | None]] = {
     "bf16": ("bfloat16", "bfloat16", None),
     "int8": ("int8", "bfloat16", "bfloat16"),
     "int8 head-int8": ("int8", "bfloat16", None),
+    # The bf16 head as one bf16 GEMM for every row count (before it was widened where bf16
+    # is emulated: see int8_linear.KeptHead).
+    "int8 head-unwidened": ("int8", "bfloat16", "bfloat16"),
     "int8 head-fp32": ("int8", "bfloat16", "float32"),
     "int8 fp32-act": ("int8", "float32", "bfloat16"),
     "int8-dynamic": ("int8-dynamic", "bfloat16", None),
@@ -54,6 +57,8 @@ def variant(base: Any, kind: str) -> Any:
         activation_dtype=activations,
         head_dtype=head,
     )
+    if kind == "int8 head-unwidened":
+        model.lm_head.widen_rows = False
     return model
 
 
@@ -100,6 +105,8 @@ def main() -> int:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from daemon.engines.mineru.runtimes.transformers_model import ISA_CAP_VARIABLES
+
     torch.set_num_threads(args.threads)
     sizes = dict(
         vocab_size=151_936,
@@ -116,9 +123,7 @@ def main() -> int:
     torch.manual_seed(0)
     make_model: Any = Qwen2ForCausalLM
     base = make_model(config).eval()
-    caps = {
-        k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ
-    }
+    caps = {k: os.environ[k] for k in ISA_CAP_VARIABLES if k in os.environ}
     print(
         f"torch kernels {torch.backends.cpu.get_cpu_capability()} {caps or ''}, "
         f"{args.threads} thread(s), {args.layers} layers + lm_head, {sizes}, "

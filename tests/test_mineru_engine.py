@@ -596,6 +596,39 @@ def test_int8_keeps_a_tied_head_in_bf16_shared_with_the_embeddings(
     layers = [m for m in qwen.model.language_model.modules() if isinstance(m, torch.nn.Linear)]
     assert not layers, "every decoder layer is int8"
     assert any(isinstance(m, Int8WeightOnlyLinear) for m in qwen.modules())
+    # Where bf16 is emulated, several rows go through the widened path (next test).
+    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
+
+    assert head.widen_rows == (not native_bf16())
+
+
+def test_the_bf16_head_widened_for_several_rows_keeps_the_one_row_numerics() -> None:
+    """Where bf16 is emulated the head widens its weight slice by slice for calls of several
+    rows: the logits are still those of a bf16 GEMM (bf16 inputs, fp32 sums, bf16 logits),
+    so a row's logits do not depend on how many rows share the step."""
+    import torch
+
+    from daemon.engines.mineru.runtimes.int8_linear import HEAD_SLICE, KeptHead
+
+    generator = torch.Generator().manual_seed(0)
+    vocab = 2 * HEAD_SLICE + 77  # two full slices and a partial one
+    weight = torch.randn(vocab, 64, generator=generator).to(torch.bfloat16)
+    bias = torch.randn(vocab, generator=generator).to(torch.bfloat16)
+    x = torch.randn(2, 3, 64, generator=generator)
+    head = KeptHead(weight, bias, widen_rows=True)
+
+    several = head(x)
+    assert several.shape == (2, 3, vocab) and several.dtype == torch.float32
+    one_by_one = torch.stack([torch.cat([head(row[None]) for row in rows]) for rows in x])
+    exact = x.to(torch.bfloat16).double() @ weight.double().T + bias.double()
+    # Each is the exact value rounded to bf16 (8 significant bits), fp32 sums aside.
+    bound = exact.abs() * 2**-7 + 1e-4
+    assert ((several.double() - exact).abs() <= bound).all()
+    assert ((one_by_one.double() - exact).abs() <= bound).all()
+    assert (several == one_by_one).double().mean() > 0.99
+    # Without widening (native bf16) the several rows take the bf16 GEMM itself.
+    assert torch.equal(KeptHead(weight, bias)(x), torch.nn.functional.linear(
+        x.to(torch.bfloat16), weight, bias).float())  # fmt: skip
 
 
 def test_a_lossy_precision_is_loaded_with_a_warning_and_auto_never_is_one(

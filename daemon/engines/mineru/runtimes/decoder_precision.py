@@ -201,12 +201,14 @@ def _int8_weight_only(
     cache: DecoderCache | None,
     release: Callable[[list[tuple[int, int]]], None] | None,
 ) -> None:
+    import torch
+
     from daemon.engines.mineru.runtimes.int8_linear import Int8WeightOnlyLinear
 
     names = linear_names(model, parts)
     if head is not None:
         names = [name for name in names if name != parts.lm_head]
-        _keep_head(model, parts, head)
+        _keep_head(model, parts, head, widen_rows=dense == torch.float32)
     stored = cache.load(names) if cache is not None else None
     layers: dict[str, Int8WeightOnlyLinear] = {}
     for name in names:
@@ -226,9 +228,10 @@ def _int8_weight_only(
         cache.save(layers)
 
 
-def _keep_head(model: Any, parts: DecoderParts, dtype: Any) -> None:
+def _keep_head(model: Any, parts: DecoderParts, dtype: Any, widen_rows: bool) -> None:
     """Leave the lm_head unquantised, in `dtype`; for a tied model (MinerU2.5, SmolLM2,
-    Qwen2.5-0.5B) the embeddings then share that one matrix instead of a second copy."""
+    Qwen2.5-0.5B) the embeddings then share that one matrix instead of a second copy.
+    `widen_rows`: the CPU emulates bf16 (see KeptHead)."""
     import torch
 
     from daemon.engines.mineru.runtimes.int8_linear import KeptEmbedding, KeptHead
@@ -238,7 +241,7 @@ def _keep_head(model: Any, parts: DecoderParts, dtype: Any) -> None:
     embeddings = decoder.get_input_embeddings()
     tied = embeddings.weight.data_ptr() == linear.weight.data_ptr()
     weight = linear.weight.detach().to(dtype)
-    _set(model, parts.lm_head, KeptHead(weight, linear.bias))
+    _set(model, parts.lm_head, KeptHead(weight, linear.bias, widen_rows))
     if tied:
         decoder.set_input_embeddings(KeptEmbedding(weight, embeddings.padding_idx, torch.float32))
 
