@@ -397,14 +397,16 @@ def machine_facts() -> dict[str, Any]:
         import torch
         import transformers
 
+        from daemon.engines.mineru.runtimes.transformers_model import ISA_CAP_VARIABLES
+
         facts["torch"] = torch.__version__
         facts["transformers"] = transformers.__version__
-        # What torch really uses: an ISA cap (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA)
-        # reproduces an older CPU on a newer one.
+        # What torch really uses: ISA caps (ATen's, oneDNN's, MKL's) reproduce an older
+        # CPU on a newer one.
         facts["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
         facts["isa_caps"] = {
             k: os.environ[k]
-            for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+            for k in ISA_CAP_VARIABLES
             if k in os.environ
         }
     except ImportError:

@@ -204,6 +204,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from daemon.config.settings import EngineConfig, LlamaCppConfig
     from daemon.document.page import PageInput, PageOptions, no_progress
     from daemon.engines.mineru.engine import MinerUEngine
+    from daemon.engines.mineru.runtimes.transformers_model import ISA_CAP_VARIABLES
 
     runtime = spec["runtime"]
     cfg = EngineConfig(
@@ -270,8 +271,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "decode_tokens": result.info.get("decode_tokens"),
         "blocks": len(result.blocks),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "isa_caps": {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
-                     if k in os.environ},
+        "isa_caps": {k: os.environ[k] for k in ISA_CAP_VARIABLES if k in os.environ},
     }
 
 

@@ -186,6 +186,11 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+# The environment variables that cap the instruction sets torch's CPU kernels use: ATen's
+# own kernels, oneDNN's (bf16 GEMMs, convolutions) and MKL's (fp32 GEMMs: not capped by the
+# first two). All three reproduce an older CPU on a newer one; the benches record them.
+ISA_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
 # Values of torch's own ISA caps under which it no longer uses native bf16 instructions.
 _ATEN_NO_BF16 = {"default", "avx2"}
 _ONEDNN_NO_BF16 = {"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"}
