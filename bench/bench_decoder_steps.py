@@ -12,7 +12,8 @@ multiply by 24 / layers for the decoder part of a real step (the lm_head is incl
 either way). `--shape` reads the real layer sizes from shape.json (default: built in).
 
     python bench/bench_decoder_steps.py [--threads 1] [--layers 4] [--prefill 1024]
-    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/bench_decoder_steps.py
+    MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \\
+        python bench/bench_decoder_steps.py
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ layout (after its generate has run) and every generate runs to exactly its token
 
     python bench/make_model.py && python bench/make_gguf.py
     python bench/bench_runtimes.py compare --out ~/.cache/docinbox-bench/runtimes.json
-    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/bench_runtimes.py compare \\
+    MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \\
+        python bench/bench_runtimes.py compare \\
         --runtimes transformers --out ~/.cache/docinbox-bench/runtimes-avx2.json
 
 Prints Markdown tables; every record carries the load average before and after.
