@@ -20,7 +20,7 @@ from tests.conftest import DaemonProc, wait_for
 
 pytestmark = pytest.mark.integration
 
-FILES = 60
+FILES = 200
 # Generous: the bug this guards against hung for the whole page deadline (15 min).
 STOP_BOUND_SECONDS = 20
 
