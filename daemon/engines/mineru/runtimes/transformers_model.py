@@ -225,6 +225,10 @@ def auto_precision(
     93 s; with bf16 emulated its steps cost 0.6x bf16's at 1-8 rows). The vision tower is
     compute-bound: bf16 where the CPU has bf16 units (`bf16-int8`), fp32 where bf16 would
     be emulated (`int8`).
+
+    AVX512_BF16 without AMX (AMD Zen 4) stays `bf16-int8` though the fp32 tower measured
+    faster on an Intel CPU capped to that instruction set (75 s against 90 s on the realistic
+    page): torch's fp32 GEMMs are MKL's, whose code path on AMD CPUs is not the one measured.
     """
     return "bf16-int8" if native_bf16(flags, env) else "int8"
 
