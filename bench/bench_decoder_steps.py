@@ -106,7 +106,7 @@ def main() -> int:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from daemon.engines.mineru.runtimes.transformers_model import ISA_CAP_VARIABLES
+    from daemon.engines.mineru.runtimes.transformers_model import isa_caps
 
     torch.set_num_threads(args.threads)
     sizes = dict(
@@ -124,7 +124,7 @@ def main() -> int:
     torch.manual_seed(0)
     make_model: Any = Qwen2ForCausalLM
     base = make_model(config).eval()
-    caps = {k: os.environ[k] for k in ISA_CAP_VARIABLES if k in os.environ}
+    caps = isa_caps()
     print(
         f"torch kernels {torch.backends.cpu.get_cpu_capability()} {caps or ''}, "
         f"{args.threads} thread(s), {args.layers} layers + lm_head, {sizes}, "

@@ -397,18 +397,14 @@ def machine_facts() -> dict[str, Any]:
         import torch
         import transformers
 
-        from daemon.engines.mineru.runtimes.transformers_model import ISA_CAP_VARIABLES
+        from daemon.engines.mineru.runtimes.transformers_model import isa_caps
 
         facts["torch"] = torch.__version__
         facts["transformers"] = transformers.__version__
         # What torch really uses: ISA caps (ATen's, oneDNN's, MKL's) reproduce an older
         # CPU on a newer one.
         facts["torch_cpu_capability"] = torch.backends.cpu.get_cpu_capability()
-        facts["isa_caps"] = {
-            k: os.environ[k]
-            for k in ISA_CAP_VARIABLES
-            if k in os.environ
-        }
+        facts["isa_caps"] = isa_caps()
     except ImportError:
         pass
     return facts

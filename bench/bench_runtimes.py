@@ -205,7 +205,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from daemon.config.settings import EngineConfig, LlamaCppConfig
     from daemon.document.page import PageInput, PageOptions, no_progress
     from daemon.engines.mineru.engine import MinerUEngine
-    from daemon.engines.mineru.runtimes.transformers_model import ISA_CAP_VARIABLES
+    from daemon.engines.mineru.runtimes.transformers_model import isa_caps
 
     runtime = spec["runtime"]
     cfg = EngineConfig(
@@ -272,7 +272,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         "decode_tokens": result.info.get("decode_tokens"),
         "blocks": len(result.blocks),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-        "isa_caps": {k: os.environ[k] for k in ISA_CAP_VARIABLES if k in os.environ},
+        "isa_caps": isa_caps(),
     }
 
 

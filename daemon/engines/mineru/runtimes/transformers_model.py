@@ -191,6 +191,12 @@ def cpu_flags() -> set[str]:
 # first two). All three reproduce an older CPU on a newer one; the benches record them.
 ISA_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
+
+def isa_caps(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
+    """The ISA caps set in `env` (default: this process's environment), by variable."""
+    env = os.environ if env is None else env
+    return {name: env[name] for name in ISA_CAP_VARIABLES if name in env}
+
 # Values of torch's own ISA caps under which it no longer uses native bf16 instructions.
 _ATEN_NO_BF16 = {"default", "avx2"}
 _ONEDNN_NO_BF16 = {"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"}
