@@ -315,8 +315,11 @@ class DecoderCache:
         fingerprint: str,
         recipe: str,
         activation_dtype: str,
-        head_dtype: str | None = None,
+        head_dtype: str | None,
     ) -> DecoderCache:
+        """The cache entry for one checkpoint prepared by one recipe. `head_dtype` has no
+        default: it must be the one handed to prepare_decoder, whose default differs from
+        "quantised" (None), or the entry would be keyed for another decoder."""
         import torch
 
         facts = {
