@@ -35,7 +35,8 @@ DENSE_ROWS = 32
 KERNEL_K_MULTIPLE = 32
 
 # Rows of the head widened to fp32 at a time where bf16 is emulated (KeptHead): 512 x 896
-# fp32 is 1.8 MB, cache-resident while its GEMM runs; 256 and 1,024 measured slower.
+# fp32 is 1.8 MB, cache-resident while its GEMM runs. bench/bench_kernels.py head: fastest
+# with MKL on AVX-512; with MKL capped to AVX2 too, 1,024 was ~3 ms faster for 8 rows.
 HEAD_SLICE = 512
 
 
@@ -154,12 +155,12 @@ class KeptHead(KeepsDtype):
     (bench/fidelity.py). Logits come back in the input's dtype.
 
     `widen_rows`: where bf16 is emulated (AVX2), a bf16 GEMM over several rows is slow (8
-    rows x 151,936 x 896: 71 ms against 17 ms for one row, torch 2.13), so calls of more
-    than one row widen the weight to fp32 a slice of HEAD_SLICE rows at a time (the slice
-    stays in cache) and run fp32 GEMMs: 32 ms for 8 rows. They compute what the bf16 GEMM
-    computes (inputs rounded to bf16, products summed in fp32, logits rounded to bf16), so
-    a row's logits do not depend on how many rows share the step, and the numerics stay
-    the ones the fidelity gate measured.
+    rows x 151,936 x 896: 67 ms against 14 ms for one row, torch 2.13, bench_kernels.py
+    head), so calls of more than one row widen the weight to fp32 a slice of HEAD_SLICE rows
+    at a time (the slice stays in cache) and run fp32 GEMMs: 42 ms for 8 rows. They
+    compute what the bf16 GEMM computes (inputs rounded to bf16, products summed in fp32,
+    logits rounded to bf16), so a row's logits do not depend on how many rows share the
+    step, and the numerics stay the ones the fidelity gate measured.
     """
 
     weight: torch.Tensor
