@@ -86,7 +86,7 @@ class QwenCounter:
         self.special = regex.compile(SPECIAL)
         self.name = "qwen2-bpe"
 
-    def _piece(self, piece: bytes) -> int:
+    def _piece(self, piece: bytes) -> list[bytes]:
         parts = [piece[i : i + 1] for i in range(len(piece))]
         while len(parts) > 1:
             best: tuple[int, int] | None = None
@@ -98,19 +98,23 @@ class QwenCounter:
                 break
             i = best[1]
             parts[i : i + 2] = [parts[i] + parts[i + 1]]
-        return len(parts)
+        return parts
 
-    def count(self, text: str) -> int:
-        total = 0
+    def tokens(self, text: str) -> list[bytes]:
+        """The text's tokens, each as its bytes (a special token as its name)."""
+        out: list[bytes] = []
         pos = 0
         for match in [*self.special.finditer(text), None]:
             end = match.start() if match else len(text)
             for word in self.pattern.findall(text[pos:end]):
-                total += self._piece(word.encode("utf-8"))
+                out += self._piece(word.encode("utf-8"))
             if match:
-                total += 1  # a special token is one id
+                out.append(match.group().encode())  # a special token is one id
                 pos = match.end()
-        return total
+        return out
+
+    def count(self, text: str) -> int:
+        return len(self.tokens(text))
 
 
 class ModelCounter:
