@@ -68,13 +68,13 @@ def decode_step(model: Any, rows: int, repeat: int = 6) -> float:
 
     with torch.inference_mode():
         out = model(input_ids=torch.randint(0, 150_000, (rows, 64)), use_cache=True)
-        cache = out.past_key_values
+        cache = out.cache
         token = torch.randint(0, 150_000, (rows, 1))
         best = float("inf")
         for _ in range(repeat):
             t0 = time.perf_counter()
-            out = model(input_ids=token, past_key_values=cache, use_cache=True)
-            cache = out.past_key_values
+            out = model(input_ids=token, cache=cache, use_cache=True)
+            cache = out.cache
             best = min(best, time.perf_counter() - t0)
     return best
 

@@ -331,7 +331,7 @@ def steps(
     seconds = 0.0
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([ids]), use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+        cache = out.cache
         n = len(feed) if feed is not None else max_new
         for i in range(n):
             logits = out.logits[0, -1].double()
@@ -342,9 +342,9 @@ def steps(
             if i == n - 1 or (feed is None and token in stop):
                 break
             t0 = time.perf_counter()
-            out = model(input_ids=torch.tensor([[token]]), past_key_values=cache, use_cache=True)
+            out = model(input_ids=torch.tensor([[token]]), cache=cache, use_cache=True)
             seconds += time.perf_counter() - t0
-            cache = out.past_key_values
+            cache = out.cache
     return chosen, torch.stack(logprobs), seconds
 
 
