@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import realistic
 
-GOLDEN = realistic.REPO.parent / "shared" / "golden" / "mineru-4.0.12"
+# Beside the corpus realistic.py reads (DOCINBOX_CORPUS moves both): shared/golden/...
+GOLDEN = realistic.CORPUS.parent.parent / "golden" / "mineru-4.0.12"
 
 
 def parse_costs(text: str) -> list[tuple[int, float]]:
