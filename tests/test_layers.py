@@ -52,6 +52,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.jobs.states": (0, "shared"),
     "daemon.document.page": (0, "shared"),
     "daemon.document.record": (0, "shared"),
+    "daemon.document.formats": (0, "shared"),
     "daemon.common.display": (0, "shared"),
     "daemon.common.units": (0, "shared"),
     "daemon.common.cpus": (0, "shared"),
@@ -66,7 +67,6 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.config.yamlfile": (0, "shared"),
     "daemon.config.folders": (0, "shared"),
     "daemon.config.settings": (0, "shared"),
-    "daemon.input.formats": (0, "shared"),  # the default patterns are read by the daemon
     # Model runtimes: how to talk to MinerU2.5 wherever it runs. Light at module level:
     # the daemon probes an http server with them while the worker generates through them.
     "daemon.engines.mineru.runtimes.transformers_generate": (10, "shared"),

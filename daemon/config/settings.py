@@ -69,8 +69,8 @@ from daemon.config.values import (
     type_name,
 )
 from daemon.config.yamlfile import parse_yaml, read_text, yaml_problem
+from daemon.document.formats import DEFAULT_PATTERNS
 from daemon.document.page import PageOptions, TextLayer
-from daemon.input.formats import DEFAULT_PATTERNS
 
 __all__ = [
     "ConfigError",

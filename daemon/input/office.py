@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.input.formats import InputFormat
+from daemon.document.formats import InputFormat
 
 # Conversions of long documents take a while on a small CPU; a hung soffice must not hold the
 # worker until the document deadline.
