@@ -376,7 +376,7 @@ def test_a_missing_inbox_and_outbox_degrade_and_show_everywhere(
 ) -> None:
     """A share away: /healthz degraded naming it, a gauge per inbox and folder, the page
     and `docinbox status` saying since when."""
-    from daemon.cli.main import render_status
+    from daemon.cli.status_view import render_status
     from daemon.service.status import collect
 
     inbox = str(cfg.inboxes[0].path)
@@ -427,7 +427,7 @@ def test_a_missing_inbox_and_outbox_degrade_and_show_everywhere(
 def test_status_shows_the_precisions_fidelity_beside_it(
     store: Store, cfg: Config, precision: str, shown: str
 ) -> None:
-    from daemon.cli.main import render_status
+    from daemon.cli.status_view import render_status
     from daemon.service.status import collect
 
     live = live_ok(cfg, engine_info={"name": "mineru", "model_id": "m", "precision": precision})

@@ -123,6 +123,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.service.status": (110, "daemon"),
     "daemon.service.health": (120, "daemon"),
     "daemon.service.metrics": (130, "daemon"),
+    "daemon.cli.status_view": (130, "daemon"),
     "daemon.service.charts": (130, "daemon"),
     "daemon.service.web": (130, "daemon"),
     "daemon.service.auth": (130, "daemon"),
