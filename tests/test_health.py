@@ -439,7 +439,8 @@ def test_status_shows_the_precisions_fidelity_beside_it(
 def test_every_precision_but_the_reference_has_its_fidelity_figures() -> None:
     from typing import get_args
 
-    from daemon.config.settings import LOSSY_PRECISIONS, PRECISION_FIDELITY, Precision
+    from daemon.cli.status_view import PRECISION_FIDELITY
+    from daemon.config.settings import LOSSY_PRECISIONS, Precision
 
     assert set(PRECISION_FIDELITY) == set(get_args(Precision)) - {"auto", "fp32"}
     # Figures and labels agree: a lossy precision is one whose figures miss the gate.

@@ -66,6 +66,10 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.config.schema": (0, "shared"),
     "daemon.config.yamlfile": (0, "shared"),
     "daemon.config.folders": (0, "shared"),
+    "daemon.config.engine": (0, "shared"),
+    "daemon.config.hooks": (0, "shared"),
+    "daemon.config.sections": (0, "shared"),
+    "daemon.config.secrets": (0, "shared"),
     "daemon.config.settings": (0, "shared"),
     # Model runtimes: how to talk to MinerU2.5 wherever it runs. Light at module level:
     # the daemon probes an http server with them while the worker generates through them.

@@ -14,9 +14,22 @@ from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.live import InboxFacts
 from daemon.common.units import age, gib, mib, since
-from daemon.config.settings import LOSSY_PRECISIONS, PRECISION_FIDELITY
+from daemon.config.settings import LOSSY_PRECISIONS
 from daemon.jobs.states import JobState
 from daemon.service.status import Status
+
+# What bench/fidelity.py measured for each precision's decoder: teacher-forced top-1
+# agreement with fp32 on Qwen2.5-Coder-0.5B (MinerU2.5's decoder class) and SmolLM2-135M,
+# in percent (docs/benchmarks.md, 2026-12-04); `docinbox status` shows it beside the
+# precision. fp32 is the reference itself.
+PRECISION_FIDELITY: dict[str, tuple[float, float]] = {
+    "bf16": (99.79, 98.90),
+    "mixed": (99.79, 98.90),
+    "int8": (99.89, 98.90),
+    "bf16-int8": (99.89, 98.90),
+    "int8-dynamic": (92.47, 82.64),
+    "bf16-int8-dynamic": (92.47, 82.64),
+}
 
 
 def render_status(st: Status) -> str:
