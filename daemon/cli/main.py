@@ -473,7 +473,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"docinbox {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
+    _add_daemon_commands(sub, common)
+    _add_job_commands(sub, common)
+    _add_config_command(sub, common)
+    _add_hooks_command(sub, common)
+    _add_model_command(sub, common)
+    return p
 
+
+def _add_daemon_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """run, parse: the daemon, and its pipeline once on named files."""
     s = sub.add_parser("run", parents=[common], help="watch the inboxes and process documents")
     s.set_defaults(fn=cmd_run)
 
@@ -484,6 +495,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pages", help="1-based pages to convert, e.g. 1-3,7 (default: all)")
     s.set_defaults(fn=cmd_parse)
 
+
+def _add_job_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """status, list, retry, reprocess: what the record says, and queueing jobs again."""
     s = sub.add_parser("status", parents=[common], help="what the daemon is doing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
@@ -506,6 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--all", action="store_true", help="every done job")
     s.set_defaults(fn=cmd_reprocess)
 
+
+def _add_config_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """check-config: validate, show, or say what the systemd unit needs."""
     s = sub.add_parser("check-config", parents=[common], help="validate the configuration")
     s.add_argument("--show", action="store_true", help="print the effective configuration")
     s.add_argument(
@@ -515,6 +536,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_check_config)
 
+
+def _add_hooks_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """hooks [list|retry|test]: the events for webhooks and commands."""
     s = sub.add_parser(
         "hooks", parents=[common], help="events for webhooks and commands: list, retry, test"
     )
@@ -532,6 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("name", nargs="?", help="only this hook")
     s.set_defaults(fn=cmd_hooks)
 
+
+def _add_model_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """model pull|info: the weights of the configured runtime."""
     s = sub.add_parser("model", parents=[common], help="MinerU2.5 weights: pull or info")
     msub = s.add_subparsers(dest="model_cmd", required=True)
     for name in ("pull", "info"):
@@ -548,7 +579,6 @@ def build_parser() -> argparse.ArgumentParser:
             m.add_argument("--no-load", action="store_true", help="do not try to load it")
             m.add_argument("--json", action="store_true")
         m.set_defaults(fn=cmd_model)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:
