@@ -42,27 +42,7 @@ def render_status(st: Status) -> str:
         if st.running
         else "docinbox: NOT running"
     )
-    eng = st.engine
-    line = f"engine:  {eng.name or st.configured_engine}"
-    if eng.model_id:
-        line += f" ({eng.model_id}"
-        lossy = " (lossy)" if eng.precision in LOSSY_PRECISIONS else ""
-        line += f", precision {eng.precision}{lossy})" if eng.precision else ")"
-    if eng.runtime and eng.runtime != "transformers":
-        line += f", runtime {eng.runtime}" + (f" on {eng.server}" if eng.server else "")
-    out.append(line)
-    fidelity = PRECISION_FIDELITY.get(eng.precision or "")
-    if eng.model_id and fidelity and eng.runtime in ("", None, "transformers"):
-        verdict = "FAILS" if eng.precision in LOSSY_PRECISIONS else "passes"
-        out.append(
-            f"  fidelity: decoder top-1 vs fp32 {fidelity[0]:.2f} % (Qwen2.5-0.5B), "
-            f"{fidelity[1]:.2f} % (SmolLM2-135M): {verdict} the gate (bench/fidelity.py)"
-        )
-    if st.fallback_reason:
-        out.append(f"  FALLBACK: {st.fallback_reason}")
-        out.append(f"  fix: {st.fallback_fix}")
-    if st.fatal:
-        out.append(f"  STOPPED: {st.fatal}")
+    out.extend(engine_lines(st))
     w = st.worker
     if st.running:
         beat = w.last_heartbeat_age
@@ -127,6 +107,33 @@ def render_status(st: Status) -> str:
                 name = safe_display(Path(f.path).name)
                 out.append(f"  job {f.job_id} {name}: {f.kind}: {f.error}")
     return "\n".join(out)
+
+
+def engine_lines(st: Status) -> list[str]:
+    """The engine in `docinbox status`: which one, its precision and how faithful that
+    is, where it runs; why a fallback stands in, or why the daemon stopped."""
+    eng = st.engine
+    line = f"engine:  {eng.name or st.configured_engine}"
+    if eng.model_id:
+        line += f" ({eng.model_id}"
+        lossy = " (lossy)" if eng.precision in LOSSY_PRECISIONS else ""
+        line += f", precision {eng.precision}{lossy})" if eng.precision else ")"
+    if eng.runtime and eng.runtime != "transformers":
+        line += f", runtime {eng.runtime}" + (f" on {eng.server}" if eng.server else "")
+    out = [line]
+    fidelity = PRECISION_FIDELITY.get(eng.precision or "")
+    if eng.model_id and fidelity and eng.runtime in ("", None, "transformers"):
+        verdict = "FAILS" if eng.precision in LOSSY_PRECISIONS else "passes"
+        out.append(
+            f"  fidelity: decoder top-1 vs fp32 {fidelity[0]:.2f} % (Qwen2.5-0.5B), "
+            f"{fidelity[1]:.2f} % (SmolLM2-135M): {verdict} the gate (bench/fidelity.py)"
+        )
+    if st.fallback_reason:
+        out.append(f"  FALLBACK: {st.fallback_reason}")
+        out.append(f"  fix: {st.fallback_fix}")
+    if st.fatal:
+        out.append(f"  STOPPED: {st.fatal}")
+    return out
 
 
 def hook_lines(st: Status) -> list[str]:
