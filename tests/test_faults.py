@@ -185,7 +185,8 @@ def test_full_state_disk_is_said_plainly_and_new_files_queue_soon_after_space_re
     tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
 ) -> None:
     state = mounts(tmp_path / "state", "600k")
-    d = daemon_factory(rescan_seconds=300).start()  # a rescan must not be what saves them
+    # A rescan must not be what saves them. DEBUG: each attempt to record them is logged.
+    d = daemon_factory(rescan_seconds=300, logging={"level": "DEBUG"}).start()
     wait_for(lambda: d.runtime().get("phase") == "idle", 120, "the worker", d.proc)
     filler = fill(state)
     src = tmp_path / "src"
@@ -197,7 +198,12 @@ def test_full_state_disk_is_said_plainly_and_new_files_queue_soon_after_space_re
         names[f"state-{i}.pdf"] = f"document {i} emu"
     full = "the state disk is full ("
     wait_for(lambda: full in d.output(), 60, "the full state disk to be reported", d.proc)
-    time.sleep(8)  # several retries and status writes fail meanwhile ...
+    # Several retries and status writes fail meanwhile: the daemon's DEBUG line for each
+    # attempt to record state-0.pdf. Its first attempt came with the message or after it,
+    # its retries 1, 2 and 4 s apart: the fourth is at least 7 s after the message ...
+    turned_away = "/state-0.pdf not recorded ("
+    wait_for(lambda: d.output().count(turned_away) >= 4, 60,
+             "state-0.pdf to be turned away four times", d.proc)
     log = d.output()
     assert log.count(full) == 1, log[-3000:]  # ... and are not repeated every 2 s
     assert "cannot record new files; freeing space resumes them" in log

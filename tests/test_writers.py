@@ -108,10 +108,38 @@ def job_rows(d: DaemonProc) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def assert_each_taken_once_and_whole(d: DaemonProc, expected: Expected) -> None:
-    """One job per file, done, with the full file's hash and size, and its text."""
+def wait_looked_at_again(d: DaemonProc, since: float, noticed: str | None = None) -> None:
+    """Wait for status facts, recorded after `since` (wall clock), in which no inbox holds a
+    file pending (settling before it is taken) and each inbox was looked at anew: scanned
+    completely after `since` or, where no periodic rescan comes, seen to hold `noticed` (a
+    file of no document type put there after `since`, listed as left alone). A file taken
+    a second time would have to come from the inbox again: once it was looked at anew and
+    nothing in it waits to be taken, no late job can follow."""
+
+    def looked_at_again() -> bool:
+        rt = d.runtime()
+        inboxes = rt.get("inboxes") or []
+        return (rt.get("updated_at") or 0) >= since and bool(inboxes) and all(
+            ib["pending"] == 0
+            and (
+                noticed in ib["ignored_names"] if noticed
+                else (ib.get("scanned_at") or 0) >= since
+            )
+            for ib in inboxes
+        )
+
+    wait_for(looked_at_again, 60, "the inboxes looked at again with nothing pending", d.proc)
+
+
+def assert_each_taken_once_and_whole(
+    d: DaemonProc, expected: Expected, noticed: str | None = None
+) -> None:
+    """One job per file, done, with the full file's hash and size, and its text.
+
+    `noticed`: see wait_looked_at_again (the caller put it there after the files)."""
     d.wait_settled(len(expected.files), timeout=240)
-    time.sleep(3)  # a late second job (a file taken twice) would show up here
+    # a late second job (a file taken twice) would show up by then
+    wait_looked_at_again(d, time.time(), noticed)
     jobs = job_rows(d)
     names = sorted(Path(j["source_path"]).name for j in jobs)
     assert names == sorted(expected.files), (names, d.output()[-3000:])
@@ -614,9 +642,13 @@ def test_fuse_inbox_without_events_is_polled_automatically(
                       f"FUSE {i} bison")
         put_atomically(pdf, source)  # into the SOURCE folder: no event on the mount
     t0 = time.monotonic()
-    assert_each_taken_once_and_whole(d, exp)
-    print(f"fuse ({fstype}): 3 files written to the source found by polling in "
-          f"{time.monotonic() - t0:.1f} s")
+    d.wait_settled(3, timeout=240)
+    found = time.monotonic() - t0
+    # No rescan comes: the poller looking again after the three were taken is shown by a
+    # file of no document type put behind the mount after them, and listed as left alone.
+    (source / "look-again.txt").write_text("not a document\n")
+    assert_each_taken_once_and_whole(d, exp, noticed="look-again.txt")
+    print(f"fuse ({fstype}): 3 files written to the source found by polling in {found:.1f} s")
     assert d.stop() == 0
 
 
@@ -630,8 +662,13 @@ def test_fuse_inbox_with_forced_events_misses_writes_to_the_source(
     wait_for(lambda: d.runtime().get("phase") == "idle", 120, "the worker", d.proc)
     facts = d.runtime()["inboxes"][0]
     assert facts["observer"] == "events", facts
+    since = time.time()
     put_atomically(make_text_pdf(tmp_path / "unseen.pdf", [["never seen"]]), source)
-    time.sleep(15)
+    # Right after it, a file put THROUGH the mount, which inotify does see: an event for
+    # unseen.pdf would have been queued before this one's, so once this one is listed as
+    # left alone (no document type) and nothing is pending, unseen.pdf would be taken.
+    (mnt / "look-again.txt").write_text("not a document\n")
+    wait_looked_at_again(d, since, noticed="look-again.txt")
     assert job_rows(d) == [], "inotify saw a write made behind the FUSE mount"
     assert (mnt / "unseen.pdf").exists()  # visible through the mount, yet no event
     assert d.stop() == 0

@@ -198,6 +198,7 @@ class InboxFacts:
     pending: int = 0  # files settling (stability check)
     open_for_write: int = 0  # of those, still open for writing by someone
     scan_error: str | None = None
+    scanned_at: float | None = None  # wall, when the last complete scan began
     ignored: int = 0  # files matching no pattern (not junk), left in place
     ignored_names: tuple[str, ...] = ()  # a few of them, relative to the inbox
     # Set while the folder is gone, replaced by a bare mount point or unreachable: why,
@@ -216,6 +217,7 @@ class InboxFacts:
             "pending": self.pending,
             "open_for_write": self.open_for_write,
             "scan_error": self.scan_error,
+            "scanned_at": self.scanned_at,
             "ignored": self.ignored,
             "ignored_names": list(self.ignored_names),
             "missing": self.missing,
@@ -242,6 +244,7 @@ class InboxFacts:
             pending=_int(d.get("pending")) or 0,
             open_for_write=_int(d.get("open_for_write")) or 0,
             scan_error=_str(d.get("scan_error")),
+            scanned_at=_num(d.get("scanned_at")),
             ignored=_int(d.get("ignored")) or 0,
             ignored_names=tuple(str(n) for n in names) if isinstance(names, list) else (),
             missing=_str(d.get("missing")),

@@ -98,6 +98,9 @@ class _InboxState:
     # Is the folder there, and the same one? (daemon/intake/presence.py) While it is not,
     # it has no observer, is not scanned and nothing in it is taken.
     presence: FolderPresence = field(default_factory=lambda: FolderPresence("inbox"))
+    # Wall time at which the last complete scan began: whatever was in the folder then has
+    # been offered, so a reader can tell the inbox was looked at after a given moment.
+    scanned_at: float | None = None
 
     def key(self) -> tuple[Path, bool, str]:
         return (self.root, self.inbox.recursive, self.inbox.watch)
@@ -558,6 +561,7 @@ class Watcher:
         self._refresh_roots(state)
         present: set[Path] = set()
         offered = 0
+        began = self._wall()
         state.ignored_this_scan = set()
         try:
             for path, st in self._walk(state, state.root, PurePath()):
@@ -577,6 +581,7 @@ class Watcher:
             logger.info("inbox %s: readable again", state.root)
         state.scan_error = None
         state.ignored_this_scan = None
+        state.scanned_at = began
         state.tracker.retain_reported(present)
         logger.debug("inbox %s: scan found %d files, %d new", state.root, len(present), offered)
 
@@ -672,6 +677,7 @@ class Watcher:
                 "pending": len(state.tracker),
                 "open_for_write": state.tracker.open_for_write_count,
                 "scan_error": state.scan_error,
+                "scanned_at": state.scanned_at,
                 "ignored": len(state.ignored),
                 "ignored_names": sorted(safe_display(str(p)) for p in state.ignored)[:5],
             }

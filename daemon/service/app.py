@@ -301,6 +301,9 @@ class Daemon:
                 # in seconds (the watcher would only report them again on a rescan).
                 for item in ready[i:]:
                     self.retries.add(*item, now)
+                    # Each attempt, at DEBUG: the problem itself is said once (a Reminder).
+                    log.debug("%s not recorded (%s); offered again soon",
+                              safe_display(item[1]), exc)
                 if not isinstance(exc, StoreFull):
                     # A lock already cost this tick the busy timeout (60 s): do not spend
                     # another on the supervisor's writes before the watchdog's next ping.
