@@ -366,7 +366,7 @@ def plain_xy_cut(items: Any, box_of: Any, *, rtl: bool = False) -> list[Any]:
 
 
 def make_engine(orientation: str | None) -> Any:
-    from daemon.engines.lite import engine as lite
+    from daemon.engines.lite import compose as lite
 
     kwargs: dict[str, Any] = {}
     if orientation and "orientation" in inspect.signature(lite.LiteEngine).parameters:
@@ -407,7 +407,7 @@ def quality(
 ) -> list[dict[str, Any]]:
     engine = make_engine(orientation)
     if order == "plain":
-        import daemon.engines.lite.engine as lite
+        import daemon.engines.lite.compose as lite
 
         setattr(lite, "xy_cut", plain_xy_cut)  # noqa: B010 - the engine's own name for it
     rows: list[dict[str, Any]] = []

@@ -24,7 +24,7 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.engine import LiteEngine, _bundled_models, _Line, layout_blocks
+from daemon.engines.lite.compose import LiteEngine, _bundled_models, _Line, layout_blocks
 from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff
 from tests import docgen

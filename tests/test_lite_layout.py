@@ -29,7 +29,7 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.engine import LiteEngine, _Line, compose_page
+from daemon.engines.lite.compose import LiteEngine, _Line, compose_page
 from daemon.engines.lite.orientation import box_to_original, upright
 from daemon.engines.lite.reading_order import is_rtl, xy_cut
 from daemon.engines.lite.regions import Region

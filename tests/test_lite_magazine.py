@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from daemon.document.page import IMAGE, TABLE, TITLE, no_progress
-from daemon.engines.lite.engine import PageLayout, _Line, compose_page
+from daemon.engines.lite.compose import PageLayout, _Line, compose_page
 from daemon.engines.lite.regions import Region
 from daemon.engines.lite.tables import Cell, grid_html
 from tests.magazine import Article, Picture, SetPage, spread, typeset
