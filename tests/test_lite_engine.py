@@ -24,7 +24,8 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.compose import LiteEngine, _bundled_models, _Line, layout_blocks
+from daemon.engines.lite.compose import LiteEngine, _bundled_models, layout_blocks
+from daemon.engines.lite.lines import Line
 from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff
 from tests import docgen
@@ -174,9 +175,9 @@ def test_progress_is_reported(engine: LiteEngine, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- layout units
 
 
-def L(text: str, y: float, *, x0: float = 0.1, x1: float = 0.9, size: float = 10.0) -> _Line:
+def L(text: str, y: float, *, x0: float = 0.1, x1: float = 0.9, size: float = 10.0) -> Line:
     h = 0.015 * size / 10
-    return _Line(text=text, bbox=(x0, y, x1, y + h), size=size)
+    return Line(text=text, bbox=(x0, y, x1, y + h), size=size)
 
 
 def test_layout_paragraph_gap_and_dehyphenation() -> None:

@@ -29,7 +29,8 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.compose import LiteEngine, _Line, compose_page
+from daemon.engines.lite.compose import LiteEngine, compose_page
+from daemon.engines.lite.lines import Line
 from daemon.engines.lite.orientation import box_to_original, upright
 from daemon.engines.lite.reading_order import is_rtl, xy_cut
 from daemon.engines.lite.regions import Region
@@ -176,8 +177,8 @@ def _move_first_line_to_top_margin(pdf: Path) -> None:
 # ---------------------------------------------------------------------------- units
 
 
-def L(text: str, x0: float, y0: float, x1: float, *, h: float = 0.015, conf: float = 0.95) -> _Line:
-    return _Line(text=text, bbox=(x0, y0, x1, y0 + h), size=h * 1000, confidence=conf)
+def L(text: str, x0: float, y0: float, x1: float, *, h: float = 0.015, conf: float = 0.95) -> Line:
+    return Line(text=text, bbox=(x0, y0, x1, y0 + h), size=h * 1000, confidence=conf)
 
 
 def test_xy_cut_spanning_title_and_aligned_columns() -> None:
@@ -306,7 +307,7 @@ def test_a_figure_on_a_turned_scan_is_cropped_upright(
 def test_sideways_margin_stamp_is_aside_text_not_a_heading() -> None:
     # arXiv prints "arXiv:2206.01062v1 [cs.CV] 2 Jun 2022" up the left margin.
     body = [L(f"Body line {i} of the paper", 0.15, 0.2 + 0.018 * i, 0.85) for i in range(6)]
-    stamp = _Line(text="arXiv:2206.01062v1 [cs.CV]", bbox=(0.03, 0.3, 0.06, 0.7), size=200.0)
+    stamp = Line(text="arXiv:2206.01062v1 [cs.CV]", bbox=(0.03, 0.3, 0.06, 0.7), size=200.0)
     laid = compose_page([stamp, *body], [], source=SOURCE_OCR, progress=no_progress,
                         page_aspect=792 / 612)
     assert [b.type for b in laid.blocks] == ["text", "aside_text"]

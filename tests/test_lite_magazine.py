@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from daemon.document.page import IMAGE, TABLE, TITLE, no_progress
-from daemon.engines.lite.compose import PageLayout, _Line, compose_page
+from daemon.engines.lite.compose import PageLayout, compose_page
+from daemon.engines.lite.lines import Line
 from daemon.engines.lite.regions import Region
 from daemon.engines.lite.tables import Cell, grid_html
 from tests.magazine import Article, Picture, SetPage, spread, typeset
@@ -61,8 +62,8 @@ def lay_out(page: SetPage) -> PageLayout:
     """The typeset lines and pictures through the lite engine's layout step."""
     w, h = page.image.size
     lines = [
-        _Line(text=ln.text, bbox=(ln.box[0] / w, ln.box[1] / h, ln.box[2] / w, ln.box[3] / h),
-              size=ln.size)
+        Line(text=ln.text, bbox=(ln.box[0] / w, ln.box[1] / h, ln.box[2] / w, ln.box[3] / h),
+             size=ln.size)
         for ln in page.lines
     ]
     figures = [
@@ -163,9 +164,9 @@ def test_a_table_region_becomes_an_html_table_in_markdown_and_content_list() -> 
     from daemon.output.formats.markdown import pages_to_markdown
     from daemon.output.formats.middle import PageData, build_middle
 
-    def cell(text: str, x0: float, x1: float, row: int) -> _Line:
+    def cell(text: str, x0: float, x1: float, row: int) -> Line:
         y = 0.40 + 0.03 * row
-        return _Line(text=text, bbox=(x0, y, x1, y + 0.015), size=15.0)
+        return Line(text=text, bbox=(x0, y, x1, y + 0.015), size=15.0)
 
     cells = [
         cell("Opening hours", 0.35, 0.75, 0),  # a heading over two columns
@@ -176,8 +177,8 @@ def test_a_table_region_becomes_an_html_table_in_markdown_and_content_list() -> 
         cell("Reading room", 0.10, 0.28, 3), cell("8 to 20", 0.35, 0.45, 3),
         cell("closed", 0.60, 0.70, 3),
     ]
-    body = [_Line(text="The hours changed in May, as the table shows.",
-                  bbox=(0.1, 0.3, 0.9, 0.315), size=15.0)]
+    body = [Line(text="The hours changed in May, as the table shows.",
+                 bbox=(0.1, 0.3, 0.9, 0.315), size=15.0)]
     table = Region(kind="table", bbox=(0.08, 0.38, 0.8, 0.52), score=0.9)
     laid = compose_page(body + cells[::-1], [table], source="ocr", progress=no_progress)
     assert [b.type for b in laid.blocks] == ["text", TABLE]

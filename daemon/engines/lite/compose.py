@@ -28,7 +28,7 @@ import re
 import statistics
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ from daemon.document.page import (
     ProgressFn,
 )
 from daemon.engines.lite.junk import is_noise
+from daemon.engines.lite.lines import INSIDE, Line, body_size, union
 from daemon.engines.lite.orientation import (
     LineSample,
     OcrOrientation,
@@ -107,23 +108,6 @@ _SIDE_MARGIN = 0.12
 # Which orientation detector parse_page uses; both were measured (docs/quality.md).
 ORIENTATION_METHODS = ("ocr", "tiles", "off")
 DEFAULT_ORIENTATION = "tiles"
-
-
-@dataclass
-class _Line:
-    text: str
-    bbox: tuple[float, float, float, float]  # normalised 0..1, origin top-left
-    size: float  # font size (pt) or OCR box height (px): only compared within a page
-    bold: bool = False  # text layer only; OCR cannot tell
-    confidence: float = 1.0  # the recogniser's; text-layer lines are certain
-
-    @property
-    def height(self) -> float:
-        return max(self.bbox[3] - self.bbox[1], 1e-6)
-
-    @property
-    def cy(self) -> float:
-        return (self.bbox[1] + self.bbox[3]) / 2
 
 
 class LiteEngine:
@@ -228,7 +212,7 @@ class LiteEngine:
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
         info: dict[str, Any] = {}
-        lines: list[_Line] | None = None
+        lines: list[Line] | None = None
         regions: list[rg.Region] = []
         angle = 0
         frame = page.image
@@ -244,7 +228,7 @@ class LiteEngine:
             if text_layer_is_trustworthy(layer):
                 page_h = page.page_size_pt[1] if page.page_size_pt else 792.0
                 lines = [
-                    _Line(
+                    Line(
                         text=ln.text,
                         bbox=ln.bbox,
                         size=ln.font_size or (ln.bbox[3] - ln.bbox[1]) * page_h,
@@ -296,7 +280,7 @@ class LiteEngine:
 
     # ------------------------------------------------------------------ OCR
 
-    def _ocr_upright(self, image: Image.Image) -> tuple[list[_Line], Orientation, Image.Image]:
+    def _ocr_upright(self, image: Image.Image) -> tuple[list[Line], Orientation, Image.Image]:
         """OCR lines of the page turned upright, the turn, and the upright image."""
         if self._orientation_method == "tiles" and self._tiles is not None:
             # The classifier decides before OCR: one OCR pass, on the upright page.
@@ -310,7 +294,7 @@ class LiteEngine:
             lines = self._ocr_lines(image)
         return lines, orientation, image
 
-    def _orientation(self, image: Image.Image, lines: Sequence[_Line]) -> Orientation:
+    def _orientation(self, image: Image.Image, lines: Sequence[Line]) -> Orientation:
         if self._orientation_method != "ocr":
             return Orientation(angle=0, method="off", confidence=0.0)
         w, h = image.size
@@ -339,7 +323,7 @@ class LiteEngine:
         out = rec(TextRecInput(img=crops))
         return [float(v) for v in out.scores]
 
-    def _ocr_lines(self, image: Image.Image) -> list[_Line]:
+    def _ocr_lines(self, image: Image.Image) -> list[Line]:
         if self._ocr is None:
             raise RuntimeError("LiteEngine.parse_page called before load()")
         image = image if image.mode == "RGB" else image.convert("RGB")
@@ -351,7 +335,7 @@ class LiteEngine:
         if result is None or getattr(result, "txts", None) is None or result.boxes is None:
             return []
         scores = list(getattr(result, "scores", None) or [1.0] * len(result.txts))
-        lines: list[_Line] = []
+        lines: list[Line] = []
         for box, text, score in zip(result.boxes, result.txts, scores, strict=False):
             text = str(text).strip()
             if not text:
@@ -360,7 +344,7 @@ class LiteEngine:
             x0, y0 = pts.min(axis=0)
             x1, y1 = pts.max(axis=0)
             lines.append(
-                _Line(
+                Line(
                     text=text,
                     bbox=(
                         _clamp(x0 / width),
@@ -404,13 +388,13 @@ def figure_boxes(
                 )
                 if not near:
                     continue
-                both = _union((a, b))
+                both = union((a, b))
                 # A piece lying inside a figure belongs to it whatever text is near.
-                nested = rg.overlap_share(a, b) >= _INSIDE or rg.overlap_share(b, a) >= _INSIDE
+                nested = rg.overlap_share(a, b) >= INSIDE or rg.overlap_share(b, a) >= INSIDE
                 covers_text = not nested and any(
-                    rg.overlap_share(t, both) >= _INSIDE
-                    and rg.overlap_share(t, a) < _INSIDE
-                    and rg.overlap_share(t, b) < _INSIDE
+                    rg.overlap_share(t, both) >= INSIDE
+                    and rg.overlap_share(t, a) < INSIDE
+                    and rg.overlap_share(t, b) < INSIDE
                     for t in text
                 )
                 if not covers_text:
@@ -481,7 +465,7 @@ def drawing_boxes(
         clusters.append(members)
     out: list[tuple[float, float, float, float]] = []
     for members in clusters:
-        box = _union(pieces[i] for i in members)
+        box = union(pieces[i] for i in members)
         area = (box[2] - box[0]) * (box[3] - box[1])
         if area < 0.01:
             continue
@@ -491,7 +475,7 @@ def drawing_boxes(
         ):
             continue
         covered = sum(
-            (t[2] - t[0]) * (t[3] - t[1]) for t in text if rg.overlap_share(t, box) >= _INSIDE
+            (t[2] - t[0]) * (t[3] - t[1]) for t in text if rg.overlap_share(t, box) >= INSIDE
         )
         if covered <= _DRAWING_MAX_TEXT * area:
             out.append(_with_labels(box, text))
@@ -512,7 +496,7 @@ def _with_labels(
         and box[1] - gap <= t[3]
         and t[1] <= box[3] + gap
     ]
-    return _union([box, *labels])
+    return union([box, *labels])
 
 
 def _turned_back(block: Block, angle: int) -> Block:
@@ -540,7 +524,7 @@ def _clamp(value: float) -> float:
 # ---------------------------------------------------------------------------- layout
 
 
-def find_gutter(lines: Sequence[_Line], *, min_gap: float = 0.008) -> float | None:
+def find_gutter(lines: Sequence[Line], *, min_gap: float = 0.008) -> float | None:
     """x of the gap between two text columns, or None for a single-column page.
 
     Counts, for each x in the middle half of the page, how many lines cross it, and takes
@@ -581,14 +565,6 @@ def find_gutter(lines: Sequence[_Line], *, min_gap: float = 0.008) -> float | No
     return gutter if bottom > top else None
 
 
-def body_size(lines: Sequence[_Line]) -> float:
-    """The page's body text size: the median size weighted by characters."""
-    sizes: list[float] = []
-    for ln in lines:
-        sizes.extend([ln.size] * max(1, len(ln.text)))
-    return statistics.median(sizes) if sizes else 0.0
-
-
 @dataclass(frozen=True)
 class PageLayout:
     blocks: list[Block]
@@ -602,7 +578,7 @@ class _Group:
 
     kind: str  # IMAGE, TABLE, TITLE, HEADER, FOOTER
     bbox: tuple[float, float, float, float]
-    lines: list[_Line]
+    lines: list[Line]
 
 
 # Which region claims a line when regions overlap: the more specific first.
@@ -629,12 +605,10 @@ _REGION_BLOCK = {
 # A "figure" holding this many body-size lines that cover this share of it is text.
 _STRIP_MIN_LINES = 4
 _STRIP_MIN_COVER = 0.3
-# A line belongs to a region when this much of it lies inside.
-_INSIDE = 0.6
 
 
 def layout_blocks(
-    lines: Sequence[_Line], *, source: str, progress: ProgressFn
+    lines: Sequence[Line], *, source: str, progress: ProgressFn
 ) -> tuple[list[Block], int]:
     """Paragraph and heading blocks in reading order, and the number of columns found."""
     laid = compose_page(lines, (), source=source, progress=progress)
@@ -642,7 +616,7 @@ def layout_blocks(
 
 
 def compose_page(
-    lines: Sequence[_Line],
+    lines: Sequence[Line],
     regions: Sequence[rg.Region],
     *,
     source: str,
@@ -656,7 +630,7 @@ def compose_page(
     grouped into paragraphs. Everything is ordered by XY-cut.
     """
     dropped: Counter[str] = Counter()
-    kept: list[_Line] = []
+    kept: list[Line] = []
     for ln in lines:
         text = _printable(ln.text)
         if is_noise(text, ln.confidence, recognised=source == SOURCE_OCR):
@@ -675,7 +649,7 @@ def compose_page(
     if aside:
         free = [ln for ln in free if not _vertical(ln, page_aspect)]
         groups += [_Group(kind=ASIDE_TEXT, bbox=ln.bbox, lines=[ln]) for ln in aside]
-    items: list[_Line | _Group] = [*free, *groups]
+    items: list[Line | _Group] = [*free, *groups]
     rtl = is_rtl([ln.text for ln in kept])
     ordered = xy_cut(items, lambda it: it.bbox, rtl=rtl)
     # Running heads first and feet (and margin notes) last, where a reader skips them.
@@ -691,7 +665,7 @@ def compose_page(
     total = len(kept)
     done = 0
     blocks: list[Block] = []
-    para: list[_Line] = []
+    para: list[Line] = []
     for item in ordered:
         if isinstance(item, _Group):
             if para:
@@ -718,7 +692,7 @@ def compose_page(
     return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
 
 
-def join_drop_caps(lines: Sequence[_Line]) -> list[_Line]:
+def join_drop_caps(lines: Sequence[Line]) -> list[Line]:
     """A drop cap joined to the word it starts ("S" + "HE MOPED" -> "SHE MOPED").
 
     A drop cap is a letter or two, at least `_DROP_CAP_LINES` body lines tall, with body
@@ -763,7 +737,7 @@ def join_drop_caps(lines: Sequence[_Line]) -> list[_Line]:
     return out
 
 
-def _drop_cap_shaped(ln: _Line, typical: float) -> bool:
+def _drop_cap_shaped(ln: Line, typical: float) -> bool:
     text = ln.text.strip()
     return 1 <= len(text) <= 2 and text.isalpha() and ln.height >= _DROP_CAP_LINES * typical
 
@@ -799,7 +773,7 @@ def _mend_split_words(blocks: list[Block]) -> list[Block]:
     return out
 
 
-def _vertical(ln: _Line, page_aspect: float) -> bool:
+def _vertical(ln: Line, page_aspect: float) -> bool:
     """Taller than wide by far, in page units (`page_aspect` = height / width)."""
     width = ln.bbox[2] - ln.bbox[0]
     height = (ln.bbox[3] - ln.bbox[1]) * page_aspect
@@ -812,7 +786,7 @@ def _printable(text: str) -> str:
     return "".join(ch for ch in text if unicodedata.category(ch)[0] != "C" or ch == "\t").strip()
 
 
-def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[_Line]) -> list[rg.Region]:
+def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[Line]) -> list[rg.Region]:
     """The regions worth acting on; a "figure" full of body-size print is the page itself.
 
     An old newspaper page reads to the detector as one big picture; dropping its text as
@@ -822,16 +796,16 @@ def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[_Line]) -> li
     out: list[rg.Region] = []
     for region in regions:
         if region.kind == rg.FIGURE:
-            inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= _INSIDE]
+            inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= INSIDE]
             if len(inside) >= 8 and len(inside) * 2 >= len(lines):
-                outside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) < _INSIDE]
+                outside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) < INSIDE]
                 ref = body_size(outside) if len(outside) >= 5 else body
                 if body_size(inside) >= 0.8 * ref:
                     continue
             if _prose_strip(region, inside, body):
                 continue
         if region.kind == rg.HEADER:
-            inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= _INSIDE]
+            inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= INSIDE]
             if inside and statistics.median(ln.size for ln in inside) >= _HEADING_RATIO * body:
                 # Running heads are small print; a headline at the top of a page is not one.
                 region = replace(region, kind=rg.TITLE)
@@ -839,7 +813,7 @@ def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[_Line]) -> li
     return out
 
 
-def _prose_strip(region: rg.Region, inside: Sequence[_Line], body: float) -> bool:
+def _prose_strip(region: rg.Region, inside: Sequence[Line], body: float) -> bool:
     """A "figure" that is a strip of body text: the column beside a picture, set narrow
     to run around it, reads to the detector as part of the picture. A chart's labels are
     small or sparse; these lines are body size and cover much of the box."""
@@ -852,8 +826,8 @@ def _prose_strip(region: rg.Region, inside: Sequence[_Line], body: float) -> boo
 
 
 def _claim(
-    lines: Sequence[_Line], regions: Sequence[rg.Region], dropped: Counter[str]
-) -> tuple[list[_Group], list[_Line]]:
+    lines: Sequence[Line], regions: Sequence[rg.Region], dropped: Counter[str]
+) -> tuple[list[_Group], list[Line]]:
     """Region groups, and the lines no region claimed (body text)."""
     groups: list[_Group] = []
     claimed: set[int] = set()
@@ -862,7 +836,7 @@ def _claim(
             mine = [
                 i
                 for i, ln in enumerate(lines)
-                if i not in claimed and rg.overlap_share(ln.bbox, region.bbox) >= _INSIDE
+                if i not in claimed and rg.overlap_share(ln.bbox, region.bbox) >= INSIDE
             ]
             claimed.update(mine)
             if kind == rg.FIGURE:
@@ -875,20 +849,10 @@ def _claim(
                 continue
             own = [lines[i] for i in mine]
             # Text regions shrink to their lines: the detector's box is loose.
-            bbox = region.bbox if kind == rg.TABLE or not own else _union(ln.bbox for ln in own)
+            bbox = region.bbox if kind == rg.TABLE or not own else union(ln.bbox for ln in own)
             groups.append(_Group(kind=_REGION_BLOCK[kind], bbox=bbox, lines=own))
     free = [ln for i, ln in enumerate(lines) if i not in claimed]
     return groups, free
-
-
-def _union(boxes: Iterable[tuple[float, float, float, float]]) -> tuple[float, float, float, float]:
-    bs = list(boxes)
-    return (
-        min(b[0] for b in bs),
-        min(b[1] for b in bs),
-        max(b[2] for b in bs),
-        max(b[3] for b in bs),
-    )
 
 
 def _group_block(group: _Group, body: float, source: str) -> Block | None:
@@ -914,8 +878,8 @@ def _group_block(group: _Group, body: float, source: str) -> Block | None:
     return Block(type=TITLE, bbox=group.bbox, text=text, text_level=level, source=source)
 
 
-def _row_groups(lines: list[_Line]) -> list[list[_Line]]:
-    rows: list[list[_Line]] = []
+def _row_groups(lines: list[Line]) -> list[list[Line]]:
+    rows: list[list[Line]] = []
     for ln in lines:
         if rows and abs(ln.cy - rows[-1][0].cy) <= 0.5 * min(ln.height, rows[-1][0].height):
             rows[-1].append(ln)
@@ -932,10 +896,10 @@ def _is_page_number(text: str) -> bool:
     return bool(_PAGE_NUMBER_RE.match(stripped))
 
 
-def _rows(lines: list[_Line]) -> list[_Line]:
+def _rows(lines: list[Line]) -> list[Line]:
     """Lines sorted top to bottom, and left to right among those on one row."""
-    out: list[_Line] = []
-    row: list[_Line] = []
+    out: list[Line] = []
+    row: list[Line] = []
     for ln in lines:
         if row and abs(ln.cy - row[0].cy) > 0.5 * min(ln.height, row[0].height):
             out.extend(sorted(row, key=lambda r: r.bbox[0]))
@@ -951,7 +915,7 @@ def _heading_level(size: float, body: float) -> int:
     return 1 if size >= _TOP_HEADING_RATIO * body else 2
 
 
-def _starts_paragraph(para: list[_Line], ln: _Line, body: float) -> bool:
+def _starts_paragraph(para: list[Line], ln: Line, body: float) -> bool:
     prev = para[-1]
     if ln.bbox[0] >= prev.bbox[2] or ln.bbox[2] <= prev.bbox[0]:
         return True  # side by side, not one under the other: another column or cell
@@ -976,7 +940,7 @@ def _starts_paragraph(para: list[_Line], ln: _Line, body: float) -> bool:
     return not 0.8 <= ln.size / max(prev.size, 1e-6) <= 1.25
 
 
-def _join(lines: Sequence[_Line]) -> str:
+def _join(lines: Sequence[Line]) -> str:
     text = ""
     for ln in lines:
         piece = ln.text.strip()
@@ -996,7 +960,7 @@ def _mostly_letters(text: str) -> bool:
     return sum(ch.isalpha() for ch in visible) * 2 >= len(visible) > 0
 
 
-def _make_block(para: list[_Line], body: float, source: str, bold_marks: bool) -> Block:
+def _make_block(para: list[Line], body: float, source: str, bold_marks: bool) -> Block:
     bbox = (
         min(ln.bbox[0] for ln in para),
         min(ln.bbox[1] for ln in para),
