@@ -366,7 +366,7 @@ def plain_xy_cut(items: Any, box_of: Any, *, rtl: bool = False) -> list[Any]:
 
 
 def make_engine(orientation: str | None) -> Any:
-    from daemon.engines.lite import compose as lite
+    from daemon.engines.lite import engine as lite
 
     kwargs: dict[str, Any] = {}
     if orientation and "orientation" in inspect.signature(lite.LiteEngine).parameters:
@@ -407,9 +407,9 @@ def quality(
 ) -> list[dict[str, Any]]:
     engine = make_engine(orientation)
     if order == "plain":
-        import daemon.engines.lite.compose as lite
+        import daemon.engines.lite.compose as compose
 
-        setattr(lite, "xy_cut", plain_xy_cut)  # noqa: B010 - the engine's own name for it
+        setattr(compose, "xy_cut", plain_xy_cut)  # noqa: B010 - the name compose_page calls
     rows: list[dict[str, Any]] = []
     if only in ("all", "magazine"):
         rows += magazine_quality(engine, corpus)

@@ -36,7 +36,7 @@ class FaultEngine:
     name = "fault"
 
     def __init__(self, config: EngineConfig) -> None:
-        from daemon.engines.lite.compose import LiteEngine
+        from daemon.engines.lite.engine import LiteEngine
 
         self.opts: dict[str, Any] = dict(config.options)
         self.inner = LiteEngine(config)
@@ -93,7 +93,7 @@ class FigureEngine:
     name = "figure"
 
     def __init__(self, config: EngineConfig) -> None:
-        from daemon.engines.lite.compose import LiteEngine
+        from daemon.engines.lite.engine import LiteEngine
 
         box = config.options.get("figure_bbox")
         x0, y0, x1, y1 = box if isinstance(box, list) and len(box) == 4 else (0.1, 0.5, 0.6, 0.9)

@@ -81,7 +81,7 @@ def test_without_a_decoder_the_reason_names_what_to_install(
 def test_lite_reads_the_text_of_a_heic_photo(tmp_path: Path) -> None:
     from daemon.config.settings import EngineConfig
     from daemon.document.page import PageOptions, no_progress
-    from daemon.engines.lite.compose import LiteEngine
+    from daemon.engines.lite.engine import LiteEngine
 
     path = write(tmp_path / "photo.heic", "HEIF")
     info = sniff.inspect(path, passwords=(), limits=LimitsConfig())

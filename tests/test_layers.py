@@ -78,6 +78,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.input.raster": (30, "worker"),
     "daemon.input.textlayer": (30, "worker"),
     "daemon.work.crops": (30, "worker"),
+    "daemon.engines.lite.compose": (30, "worker"),
     "daemon.engines.lite.junk": (30, "worker"),
     "daemon.engines.lite.lines": (30, "worker"),
     "daemon.engines.lite.orientation": (30, "worker"),
@@ -88,7 +89,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.mineru.runtimes.decoder_precision": (30, "worker"),
     "daemon.engines.mineru.runtimes.transformers_model": (30, "worker"),
     "daemon.engines.mineru.runtimes.llama_cpp": (30, "worker"),
-    "daemon.engines.lite.compose": (40, "worker"),
+    "daemon.engines.lite.engine": (40, "worker"),
     "daemon.engines.mineru.engine": (40, "worker"),
     "daemon.engines.registry": (40, "worker"),
     "daemon.work.pipeline": (50, "worker"),
@@ -182,7 +183,7 @@ def test_the_rule_can_fail() -> None:
     assert not may_import("daemon.jobs.store", "daemon.work.supervisor")  # upwards
     assert not may_import("daemon.output.publish", "daemon.input.raster")  # daemon -> worker side
     # worker -> daemon side
-    assert not may_import("daemon.engines.lite.compose", "daemon.jobs.store")
+    assert not may_import("daemon.engines.lite.engine", "daemon.jobs.store")
     assert may_import("daemon.work.supervisor", "daemon.work.worker")  # the process boundary
     assert may_import("daemon.intake.ingest", "daemon.jobs.store")
 

@@ -24,7 +24,8 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.compose import LiteEngine, _bundled_models, layout_blocks
+from daemon.engines.lite.compose import layout_blocks
+from daemon.engines.lite.engine import LiteEngine, _bundled_models
 from daemon.engines.lite.lines import Line
 from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff

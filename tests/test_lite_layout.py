@@ -29,7 +29,8 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.compose import LiteEngine, compose_page
+from daemon.engines.lite.compose import compose_page
+from daemon.engines.lite.engine import LiteEngine
 from daemon.engines.lite.lines import Line
 from daemon.engines.lite.orientation import box_to_original, upright
 from daemon.engines.lite.reading_order import is_rtl, xy_cut

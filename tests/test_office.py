@@ -74,7 +74,7 @@ def test_a_zip_named_docx_is_not_a_word_document(tmp_path: Path) -> None:
 @pytest.mark.skipif(office.soffice() is None, reason="LibreOffice (soffice) is not installed")
 def test_docx_is_converted_and_read_from_its_text_layer(docx: Path) -> None:
     from daemon.document.page import SOURCE_TEXT_LAYER, TITLE, PageOptions, no_progress
-    from daemon.engines.lite.compose import LiteEngine
+    from daemon.engines.lite.engine import LiteEngine
 
     before = sorted(p.name for p in docx.parent.iterdir())
     info = sniff.inspect(docx, passwords=(), limits=LimitsConfig())

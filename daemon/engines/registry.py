@@ -27,7 +27,7 @@ def create_engine(name: str, config: EngineConfig) -> Engine:
     """
     cls: Any
     if name == "lite":
-        from daemon.engines.lite.compose import LiteEngine
+        from daemon.engines.lite.engine import LiteEngine
 
         cls = LiteEngine
     elif name == "mineru":
