@@ -79,6 +79,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.input.textlayer": (30, "worker"),
     "daemon.work.crops": (30, "worker"),
     "daemon.engines.lite.compose": (30, "worker"),
+    "daemon.engines.lite.figures": (30, "worker"),
     "daemon.engines.lite.junk": (30, "worker"),
     "daemon.engines.lite.lines": (30, "worker"),
     "daemon.engines.lite.orientation": (30, "worker"),

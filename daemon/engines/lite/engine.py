@@ -46,7 +46,8 @@ from daemon.document.page import (
     PageResult,
     ProgressFn,
 )
-from daemon.engines.lite.compose import compose_page, drawing_boxes, figure_boxes
+from daemon.engines.lite.compose import compose_page
+from daemon.engines.lite.figures import drawing_boxes, figure_boxes
 from daemon.engines.lite.lines import Line
 from daemon.engines.lite.orientation import (
     LineSample,
