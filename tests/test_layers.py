@@ -83,6 +83,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.lite.junk": (30, "worker"),
     "daemon.engines.lite.lines": (30, "worker"),
     "daemon.engines.lite.orientation": (30, "worker"),
+    "daemon.engines.lite.paragraphs": (30, "worker"),
     "daemon.engines.lite.reading_order": (30, "worker"),
     "daemon.engines.lite.regions": (30, "worker"),
     "daemon.engines.lite.tables": (30, "worker"),
