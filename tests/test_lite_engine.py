@@ -214,6 +214,16 @@ def test_layout_heading_levels_and_page_number() -> None:
     assert (blocks[-1].type, blocks[-1].text) == (PAGE_NUMBER, "12")
 
 
+def test_layout_running_head_and_page_number_are_no_second_column() -> None:
+    lines = [
+        L("Chapter 3", 0.04, x0=0.1, x1=0.3),
+        L("17", 0.04, x0=0.85, x1=0.9),
+        *[L(f"body text line {i} of a single column", 0.1 + 0.018 * i) for i in range(12)],
+    ]
+    _, columns = layout_blocks(lines, source=SOURCE_TEXT_LAYER, progress=no_progress)
+    assert columns == 1
+
+
 def test_layout_empty_page() -> None:
     assert layout_blocks([], source=SOURCE_OCR, progress=no_progress) == ([], 0)
 

@@ -107,6 +107,7 @@ def test_columns_run_around_a_picture_across_the_gutter() -> None:
     assert [b.type for b in laid.blocks][:2] == [TITLE, "text"]
     assert laid.blocks[1].text.startswith("When in the Course")
     assert [b.type for b in laid.blocks].count(IMAGE) == 1
+    assert laid.columns == 2
 
 
 def test_a_headline_across_the_columns_separates_two_stories() -> None:
@@ -128,6 +129,7 @@ def test_a_headline_across_the_columns_separates_two_stories() -> None:
     assert_paragraphs_in_order(text[headline:], [p for p in second if p.split()[0] in text], page)
     titles = [b.text for b in laid.blocks if b.type == TITLE]
     assert titles == ["The first story", "A second story under a headline across both columns"]
+    assert laid.columns == 2  # two stories of two columns each, one above the other
 
 
 def test_a_spread_is_read_left_page_then_right_page() -> None:
@@ -147,6 +149,18 @@ def test_a_spread_is_read_left_page_then_right_page() -> None:
     assert text == page.text
     assert text.index("The left page") < text.index(left.text[-40:]) < text.index("The right page")
     assert_paragraphs_in_order(text, [p for p in DECLARATION if p.split()[0] in text], page)
+    assert laid.columns == 4  # two pages of two columns side by side
+
+
+def test_the_columns_reported_are_the_ones_the_page_is_read_in() -> None:
+    page = typeset(
+        [Article("Three columns", DECLARATION, 3, 1.0,
+                 Picture(1, 2, 0.1, 0.3, "A picture across the second gutter."))],
+        size=SIZE, font_px=FONT_PX,
+    )
+    laid = lay_out(page)
+    assert read(laid) == page.text
+    assert laid.columns == 3
 
 
 def test_line_end_hyphens_are_joined_and_real_hyphens_kept() -> None:

@@ -17,8 +17,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 import daemon.engines.lite.regions as rg
 from daemon.document.page import (
     ASIDE_TEXT,
@@ -46,58 +44,17 @@ from daemon.engines.lite.paragraphs import (
     paragraph_block,
     starts_paragraph,
 )
-from daemon.engines.lite.reading_order import is_rtl, xy_cut
+from daemon.engines.lite.reading_order import is_rtl, read_page
 from daemon.engines.lite.tables import Cell, grid_html
 
 # Left/right share of the page where sideways margin notes (arXiv's stamp) stand.
 _SIDE_MARGIN = 0.12
 
 
-def find_gutter(lines: Sequence[Line], *, min_gap: float = 0.008) -> float | None:
-    """x of the gap between two text columns, or None for a single-column page.
-
-    Counts, for each x in the middle half of the page, how many lines cross it, and takes
-    the widest strip crossed by at most a tenth of the lines (centred titles, author
-    lines, a page number, a wide caption may cross a gutter). `min_gap` is the narrowest
-    gutter accepted: 0.008 of the width is 5 pt on US Letter; LaTeX's two-column default
-    is 10 pt. It is a gutter when at least three lines sit wholly on each side at
-    overlapping heights. A page of labels and values can pass as two columns; reading it
-    column by column is still sensible.
-    """
-    if len(lines) < 6:
-        return None
-    bins = 1000
-    crossings = np.zeros(bins, dtype=np.int64)
-    for ln in lines:
-        crossings[int(ln.bbox[0] * bins) : int(np.ceil(ln.bbox[2] * bins))] += 1
-    lo, hi = int(0.25 * bins), int(0.75 * bins)
-    allowed = len(lines) // 10
-    best: tuple[int, int] | None = None
-    start: int | None = None
-    for i in range(lo, hi + 1):
-        free = i < hi and crossings[i] <= allowed
-        if free and start is None:
-            start = i
-        elif not free and start is not None:
-            if best is None or i - start > best[1] - best[0]:
-                best = (start, i)
-            start = None
-    if best is None or (best[1] - best[0]) / bins < min_gap:
-        return None
-    gutter = (best[0] + best[1]) / 2 / bins
-    left = [ln for ln in lines if ln.bbox[2] <= gutter]
-    right = [ln for ln in lines if ln.bbox[0] >= gutter]
-    if len(left) < 3 or len(right) < 3:
-        return None
-    top = max(min(ln.bbox[1] for ln in left), min(ln.bbox[1] for ln in right))
-    bottom = min(max(ln.bbox[3] for ln in left), max(ln.bbox[3] for ln in right))
-    return gutter if bottom > top else None
-
-
 @dataclass(frozen=True)
 class PageLayout:
     blocks: list[Block]
-    columns: int
+    columns: int  # side by side where most of the page is, as `reading_order` read them
     dropped: dict[str, int]  # lines left out, by reason: "noise", "figure"
 
 
@@ -180,7 +137,8 @@ def compose_page(
         groups += [_Group(kind=ASIDE_TEXT, bbox=ln.bbox, lines=[ln]) for ln in aside]
     items: list[Line | _Group] = [*free, *groups]
     rtl = is_rtl([ln.text for ln in kept])
-    ordered = xy_cut(items, lambda it: it.bbox, rtl=rtl)
+    reading = read_page(items, lambda it: it.bbox, rtl=rtl)
+    ordered = reading.order
     # Running heads first and feet (and margin notes) last, where a reader skips them.
     tail = (FOOTER, ASIDE_TEXT)
     ordered = (
@@ -217,7 +175,8 @@ def compose_page(
     progress(total, total, "line")
     blocks = mend_split_words(blocks)
     blocks = [b for b in blocks if b.text.strip() or b.type in (IMAGE, TABLE)]
-    columns = 2 if find_gutter(free) is not None else (1 if blocks else 0)
+    # Counted by the cut that ordered the page, so the count and the order never disagree.
+    columns = reading.columns if blocks else 0
     return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
 
 
