@@ -34,7 +34,7 @@ from daemon.engines.lite.engine import LiteEngine
 from daemon.engines.lite.lines import Line
 from daemon.engines.lite.orientation import box_to_original, upright
 from daemon.engines.lite.reading_order import is_rtl, xy_cut
-from daemon.engines.lite.regions import Region
+from daemon.engines.lite.regions import LayoutModel, Region
 from tests import docgen
 
 LEFT = [f"Left column line {i} reads down" for i in range(1, 11)]
@@ -386,7 +386,7 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
         writer.write(fh)
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
-    monkeypatch.setattr(engine._layout, "detect", _no_layout_model)
+    monkeypatch.setattr(LayoutModel, "detect", _no_layout_model)
     result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
     assert result.info["source"] == SOURCE_TEXT_LAYER
     assert result.info["regions"] == {"figure": 1}
@@ -440,7 +440,7 @@ def test_a_vector_chart_is_an_image_block_and_a_ruled_table_is_not(
     )
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
-    monkeypatch.setattr(engine._layout, "detect", _no_layout_model)
+    monkeypatch.setattr(LayoutModel, "detect", _no_layout_model)
     result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
     assert result.info["source"] == SOURCE_TEXT_LAYER
     assert result.info["regions"] == {"figure": 1}
