@@ -113,16 +113,11 @@ def compose_page(
 
     Noise lines are dropped first. Lines inside a figure are the figure's, not body text;
     lines inside a table, title or running head/foot become that block; the rest are
-    grouped into paragraphs. Everything is ordered by XY-cut.
+    grouped into paragraphs. Everything is ordered by `reading_order`, which also counts
+    the columns it read the page in.
     """
     dropped: Counter[str] = Counter()
-    kept: list[Line] = []
-    for ln in lines:
-        text = _printable(ln.text)
-        if is_noise(text, ln.confidence, recognised=source == SOURCE_OCR):
-            dropped["noise"] += 1
-        else:
-            kept.append(replace(ln, text=text) if text != ln.text else ln)
+    kept = _without_noise(lines, source, dropped)
     if not kept and not any(r.kind in (rg.FIGURE, rg.TABLE) for r in regions):
         progress(0, 0, "line")
         return PageLayout(blocks=[], columns=0, dropped=dict(dropped))
@@ -149,7 +144,36 @@ def compose_page(
     chars = sum(len(ln.text) for ln in kept)
     # Bold only marks headings where most text is not bold.
     bold_marks = sum(len(ln.text) for ln in kept if ln.bold) * 2 < chars
-    total = len(kept)
+    blocks = _blocks(ordered, body, source, bold_marks, progress, total=len(kept))
+    blocks = mend_split_words(blocks)
+    blocks = [b for b in blocks if b.text.strip() or b.type in (IMAGE, TABLE)]
+    # Counted by the cut that ordered the page, so the count and the order never disagree.
+    columns = reading.columns if blocks else 0
+    return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
+
+
+def _without_noise(lines: Sequence[Line], source: str, dropped: Counter[str]) -> list[Line]:
+    """The lines that are text, control characters removed; noise counted in `dropped`."""
+    kept: list[Line] = []
+    for ln in lines:
+        text = _printable(ln.text)
+        if is_noise(text, ln.confidence, recognised=source == SOURCE_OCR):
+            dropped["noise"] += 1
+        else:
+            kept.append(replace(ln, text=text) if text != ln.text else ln)
+    return kept
+
+
+def _blocks(
+    ordered: Sequence[Line | _Group],
+    body: float,
+    source: str,
+    bold_marks: bool,
+    progress: ProgressFn,
+    *,
+    total: int,
+) -> list[Block]:
+    """Blocks in reading order: each group its block, runs of free lines paragraphs."""
     done = 0
     blocks: list[Block] = []
     para: list[Line] = []
@@ -173,11 +197,7 @@ def compose_page(
     if para:
         blocks.append(paragraph_block(para, body, source, bold_marks))
     progress(total, total, "line")
-    blocks = mend_split_words(blocks)
-    blocks = [b for b in blocks if b.text.strip() or b.type in (IMAGE, TABLE)]
-    # Counted by the cut that ordered the page, so the count and the order never disagree.
-    columns = reading.columns if blocks else 0
-    return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
+    return blocks
 
 
 def _vertical(ln: Line, page_aspect: float) -> bool:
