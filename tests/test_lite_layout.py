@@ -33,7 +33,7 @@ from daemon.engines.lite.compose import compose_page
 from daemon.engines.lite.engine import LiteEngine
 from daemon.engines.lite.lines import Line
 from daemon.engines.lite.orientation import box_to_original, upright
-from daemon.engines.lite.reading_order import is_rtl, xy_cut
+from daemon.engines.lite.reading_order import is_rtl, read_page, xy_cut
 from daemon.engines.lite.regions import LayoutModel, Region
 from tests import docgen
 
@@ -209,6 +209,18 @@ def test_xy_cut_right_to_left_pages_read_the_right_column_first() -> None:
     order = xy_cut(lines, lambda ln: ln.bbox, rtl=True)
     assert order == right + left
     assert not is_rtl(["Plain English text"])
+
+
+def test_right_to_left_columns_whose_ragged_edges_nearly_touch_read_right_first() -> None:
+    # The blank strip between the columns is narrower than a gutter (one line of each
+    # column reaches into it), so the cut is found by the crossing count, not the blank.
+    right = [L(f"\u0645\u0631\u062d\u0628\u0627 {i}", 0.55, 0.1 + 0.03 * i, 0.9) for i in range(6)]
+    left = [L(f"\u0634\u0643\u0631\u0627 {i}", 0.1, 0.1 + 0.03 * i, 0.45) for i in range(6)]
+    left[2] = L(left[2].text, 0.1, left[2].bbox[1], 0.497)
+    right[3] = L(right[3].text, 0.5, right[3].bbox[1], 0.9)
+    reading = read_page(left + right, lambda ln: ln.bbox, rtl=True)
+    assert reading.order == right + left
+    assert reading.columns == 2
 
 
 def test_noise_and_figure_text_are_dropped_and_counted() -> None:

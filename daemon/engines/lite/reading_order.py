@@ -94,13 +94,12 @@ def _cut(idx: list[int], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], in
         return _beside(columns, boxes, rtl)
     gutter = _split_at_gutter(idx, boxes)
     if gutter is not None:
-        if gutter.masked:  # columns that run around the masked elements
-            parts = gutter.parts[::-1] if rtl else gutter.parts
-            order, count = _beside(parts, boxes, rtl)
-            return _reinsert(order, gutter.masked, boxes), count
-        if gutter.columns:
-            return _beside(gutter.parts, boxes, rtl)
-        return _stacked(gutter.parts, boxes, rtl)
+        if not gutter.columns:
+            return _stacked(gutter.parts, boxes, rtl)
+        parts = gutter.parts[::-1] if rtl else gutter.parts
+        order, count = _beside(parts, boxes, rtl)
+        # Masked elements (pictures the columns run around) go back by position.
+        return _reinsert(order, gutter.masked, boxes), count
     rows = _split_y(idx, boxes)
     if rows is not None:
         return _stacked(rows, boxes, rtl)
