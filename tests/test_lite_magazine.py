@@ -91,12 +91,16 @@ def assert_paragraphs_in_order(text: str, paragraphs: list[str], page: SetPage) 
     assert found == sorted(found)
 
 
+def one_article(headline: str, columns: int, picture: Picture | None = None, *,
+                drop_cap: bool = True) -> SetPage:
+    """The declaration set on one page under `headline`."""
+    return typeset([Article(headline, DECLARATION, columns, 1.0, picture, drop_cap=drop_cap)],
+                   size=SIZE, font_px=FONT_PX)
+
+
 def test_columns_run_around_a_picture_across_the_gutter() -> None:
-    page = typeset(
-        [Article("Declaration of Independence", DECLARATION, 2, 1.0,
-                 Picture(0, 1, 0.25, 0.3, "A picture set across the gutter, text on both sides."))],
-        size=SIZE, font_px=FONT_PX,
-    )
+    picture = Picture(0, 1, 0.25, 0.3, "A picture set across the gutter, text on both sides.")
+    page = one_article("Declaration of Independence", 2, picture)
     laid = lay_out(page)
     text = read(laid)
     set_paragraphs = [p for p in DECLARATION if p.split()[0] in text]
@@ -153,11 +157,8 @@ def test_a_spread_is_read_left_page_then_right_page() -> None:
 
 
 def test_the_columns_reported_are_the_ones_the_page_is_read_in() -> None:
-    page = typeset(
-        [Article("Three columns", DECLARATION, 3, 1.0,
-                 Picture(1, 2, 0.1, 0.3, "A picture across the second gutter."))],
-        size=SIZE, font_px=FONT_PX,
-    )
+    picture = Picture(1, 2, 0.1, 0.3, "A picture across the second gutter.")
+    page = one_article("Three columns", 3, picture)
     laid = lay_out(page)
     assert read(laid) == page.text
     assert laid.columns == 3
@@ -222,7 +223,6 @@ def test_cells_that_are_no_grid_stay_text() -> None:
 
 @pytest.mark.parametrize("columns", [2, 3])
 def test_plain_columns_without_pictures_still_read_down(columns: int) -> None:
-    page = typeset([Article("Columns", DECLARATION, columns, 1.0, drop_cap=False)],
-                   size=SIZE, font_px=FONT_PX)
+    page = one_article("Columns", columns, drop_cap=False)
     text = read(lay_out(page))
     assert text == page.text
