@@ -224,6 +224,19 @@ def test_layout_running_head_and_page_number_are_no_second_column() -> None:
     assert columns == 1
 
 
+def test_layout_a_table_of_short_cells_is_no_page_of_columns() -> None:
+    # More cells than body lines, but far less print: the page is one column of text.
+    body = [L(f"body text line {i} of a single column", 0.1 + 0.018 * i) for i in range(10)]
+    cells = [
+        L(f"cell {row}.{col}", 0.35 + 0.03 * row, x0=0.1 + 0.3 * col, x1=0.25 + 0.3 * col)
+        for row in range(8)
+        for col in range(3)
+    ]
+    blocks, columns = layout_blocks(body + cells, source=SOURCE_TEXT_LAYER, progress=no_progress)
+    assert "cell 7.2" in " ".join(b.text for b in blocks)
+    assert columns == 1
+
+
 def test_layout_empty_page() -> None:
     assert layout_blocks([], source=SOURCE_OCR, progress=no_progress) == ([], 0)
 

@@ -64,10 +64,10 @@ class Reading(Generic[T]):
     """A page's elements in reading order, and how many columns that order read them in."""
 
     order: list[T]
-    # Columns side by side where most elements are: parts of a vertical cut add up, parts
-    # of a horizontal one (a headline's bands, paragraphs) count as their largest. A part
-    # of fewer than `_MIN_PER_SIDE` elements (a date, a stamp, a picture beside the text)
-    # is no column. 0 for no elements.
+    # Columns side by side where most of the print is: parts of a vertical cut add up,
+    # parts of a horizontal one (a headline's bands, paragraphs, a table) count as the one
+    # with the most print. A part of fewer than `_MIN_PER_SIDE` elements (a date, a stamp,
+    # a picture beside the text) is no column. 0 for no elements.
     columns: int
 
 
@@ -114,10 +114,16 @@ def _beside(parts: list[list[int]], boxes: Sequence[Box], rtl: bool) -> tuple[li
 
 
 def _stacked(parts: list[list[int]], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], int]:
-    """Parts one above the other, read top to bottom; the largest part's columns count."""
+    """Parts one above the other, read top to bottom; the columns of the part with the most
+    print count (by the area of its boxes: a table's many small cells are less text than a
+    few paragraphs' long lines)."""
     done = [_cut(part, boxes, rtl) for part in parts]
-    largest = max(range(len(parts)), key=lambda k: len(parts[k]))
+    largest = max(range(len(parts)), key=lambda k: _area(parts[k], boxes))
     return [i for order, _ in done for i in order], done[largest][1]
+
+
+def _area(idx: Sequence[int], boxes: Sequence[Box]) -> float:
+    return sum((boxes[i][2] - boxes[i][0]) * (boxes[i][3] - boxes[i][1]) for i in idx)
 
 
 def _coverage(
