@@ -24,6 +24,9 @@ Here, at every node:
 A two-page spread is two pages with a blank strip (the fold) between them: rule 1 reads
 the left page, then the right one. Right-to-left pages (Arabic, Hebrew) read columns and
 row neighbours right to left; the text of each line is kept as it came.
+
+The cut also counts the columns it read the page in (`read_page`, `Reading.columns`):
+the engine reports that count, so the page's columns and its order come from one place.
 """
 
 from __future__ import annotations
