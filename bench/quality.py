@@ -407,9 +407,13 @@ def quality(
 ) -> list[dict[str, Any]]:
     engine = make_engine(orientation)
     if order == "plain":
-        import daemon.engines.lite.engine as lite
+        import daemon.engines.lite.compose as compose
+        from daemon.engines.lite.reading_order import Reading
 
-        setattr(lite, "xy_cut", plain_xy_cut)  # noqa: B010 - the engine's own name for it
+        def plain_reading(items: Any, box_of: Any, *, rtl: bool = False) -> Reading[Any]:
+            return Reading(order=plain_xy_cut(items, box_of, rtl=rtl), columns=0)
+
+        setattr(compose, "read_page", plain_reading)  # noqa: B010 - the name compose_page calls
     rows: list[dict[str, Any]] = []
     if only in ("all", "magazine"):
         rows += magazine_quality(engine, corpus)

@@ -24,7 +24,10 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.engine import LiteEngine, _bundled_models, _Line, layout_blocks
+from daemon.engines.lite.compose import layout_blocks
+from daemon.engines.lite.engine import LiteEngine
+from daemon.engines.lite.lines import Line
+from daemon.engines.lite.ocr import bundled_models
 from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff
 from tests import docgen
@@ -174,9 +177,9 @@ def test_progress_is_reported(engine: LiteEngine, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------- layout units
 
 
-def L(text: str, y: float, *, x0: float = 0.1, x1: float = 0.9, size: float = 10.0) -> _Line:
+def L(text: str, y: float, *, x0: float = 0.1, x1: float = 0.9, size: float = 10.0) -> Line:
     h = 0.015 * size / 10
-    return _Line(text=text, bbox=(x0, y, x1, y + h), size=size)
+    return Line(text=text, bbox=(x0, y, x1, y + h), size=size)
 
 
 def test_layout_paragraph_gap_and_dehyphenation() -> None:
@@ -211,6 +214,29 @@ def test_layout_heading_levels_and_page_number() -> None:
     assert (blocks[-1].type, blocks[-1].text) == (PAGE_NUMBER, "12")
 
 
+def test_layout_running_head_and_page_number_are_no_second_column() -> None:
+    lines = [
+        L("Chapter 3", 0.04, x0=0.1, x1=0.3),
+        L("17", 0.04, x0=0.85, x1=0.9),
+        *[L(f"body text line {i} of a single column", 0.1 + 0.018 * i) for i in range(12)],
+    ]
+    _, columns = layout_blocks(lines, source=SOURCE_TEXT_LAYER, progress=no_progress)
+    assert columns == 1
+
+
+def test_layout_a_table_of_short_cells_is_no_page_of_columns() -> None:
+    # More cells than body lines, but far less print: the page is one column of text.
+    body = [L(f"body text line {i} of a single column", 0.1 + 0.018 * i) for i in range(10)]
+    cells = [
+        L(f"cell {row}.{col}", 0.35 + 0.03 * row, x0=0.1 + 0.3 * col, x1=0.25 + 0.3 * col)
+        for row in range(8)
+        for col in range(3)
+    ]
+    blocks, columns = layout_blocks(body + cells, source=SOURCE_TEXT_LAYER, progress=no_progress)
+    assert "cell 7.2" in " ".join(b.text for b in blocks)
+    assert columns == 1
+
+
 def test_layout_empty_page() -> None:
     assert layout_blocks([], source=SOURCE_OCR, progress=no_progress) == ([], 0)
 
@@ -232,7 +258,7 @@ def test_threads_follow_config() -> None:
 
 def test_missing_models_are_engine_unavailable(tmp_path: Path) -> None:
     with pytest.raises(EngineUnavailable) as caught:
-        _bundled_models(tmp_path)
+        bundled_models(tmp_path)
     assert "rapidocr" in caught.value.hint
 
 

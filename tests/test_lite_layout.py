@@ -29,10 +29,12 @@ from daemon.document.page import (
     PageResult,
     no_progress,
 )
-from daemon.engines.lite.engine import LiteEngine, _Line, compose_page
+from daemon.engines.lite.compose import compose_page
+from daemon.engines.lite.engine import LiteEngine
+from daemon.engines.lite.lines import Line
 from daemon.engines.lite.orientation import box_to_original, upright
-from daemon.engines.lite.reading_order import is_rtl, xy_cut
-from daemon.engines.lite.regions import Region
+from daemon.engines.lite.reading_order import is_rtl, read_page, xy_cut
+from daemon.engines.lite.regions import LayoutModel, Region
 from tests import docgen
 
 LEFT = [f"Left column line {i} reads down" for i in range(1, 11)]
@@ -176,8 +178,8 @@ def _move_first_line_to_top_margin(pdf: Path) -> None:
 # ---------------------------------------------------------------------------- units
 
 
-def L(text: str, x0: float, y0: float, x1: float, *, h: float = 0.015, conf: float = 0.95) -> _Line:
-    return _Line(text=text, bbox=(x0, y0, x1, y0 + h), size=h * 1000, confidence=conf)
+def L(text: str, x0: float, y0: float, x1: float, *, h: float = 0.015, conf: float = 0.95) -> Line:
+    return Line(text=text, bbox=(x0, y0, x1, y0 + h), size=h * 1000, confidence=conf)
 
 
 def test_xy_cut_spanning_title_and_aligned_columns() -> None:
@@ -207,6 +209,18 @@ def test_xy_cut_right_to_left_pages_read_the_right_column_first() -> None:
     order = xy_cut(lines, lambda ln: ln.bbox, rtl=True)
     assert order == right + left
     assert not is_rtl(["Plain English text"])
+
+
+def test_right_to_left_columns_whose_ragged_edges_nearly_touch_read_right_first() -> None:
+    # The blank strip between the columns is narrower than a gutter (one line of each
+    # column reaches into it), so the cut is found by the crossing count, not the blank.
+    right = [L(f"\u0645\u0631\u062d\u0628\u0627 {i}", 0.55, 0.1 + 0.03 * i, 0.9) for i in range(6)]
+    left = [L(f"\u0634\u0643\u0631\u0627 {i}", 0.1, 0.1 + 0.03 * i, 0.45) for i in range(6)]
+    left[2] = L(left[2].text, 0.1, left[2].bbox[1], 0.497)
+    right[3] = L(right[3].text, 0.5, right[3].bbox[1], 0.9)
+    reading = read_page(left + right, lambda ln: ln.bbox, rtl=True)
+    assert reading.order == right + left
+    assert reading.columns == 2
 
 
 def test_noise_and_figure_text_are_dropped_and_counted() -> None:
@@ -306,7 +320,7 @@ def test_a_figure_on_a_turned_scan_is_cropped_upright(
 def test_sideways_margin_stamp_is_aside_text_not_a_heading() -> None:
     # arXiv prints "arXiv:2206.01062v1 [cs.CV] 2 Jun 2022" up the left margin.
     body = [L(f"Body line {i} of the paper", 0.15, 0.2 + 0.018 * i, 0.85) for i in range(6)]
-    stamp = _Line(text="arXiv:2206.01062v1 [cs.CV]", bbox=(0.03, 0.3, 0.06, 0.7), size=200.0)
+    stamp = Line(text="arXiv:2206.01062v1 [cs.CV]", bbox=(0.03, 0.3, 0.06, 0.7), size=200.0)
     laid = compose_page([stamp, *body], [], source=SOURCE_OCR, progress=no_progress,
                         page_aspect=792 / 612)
     assert [b.type for b in laid.blocks] == ["text", "aside_text"]
@@ -384,7 +398,7 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
         writer.write(fh)
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
-    monkeypatch.setattr(engine._layout, "detect", _no_layout_model)
+    monkeypatch.setattr(LayoutModel, "detect", _no_layout_model)
     result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
     assert result.info["source"] == SOURCE_TEXT_LAYER
     assert result.info["regions"] == {"figure": 1}
@@ -438,7 +452,7 @@ def test_a_vector_chart_is_an_image_block_and_a_ruled_table_is_not(
     )
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
-    monkeypatch.setattr(engine._layout, "detect", _no_layout_model)
+    monkeypatch.setattr(LayoutModel, "detect", _no_layout_model)
     result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
     assert result.info["source"] == SOURCE_TEXT_LAYER
     assert result.info["regions"] == {"figure": 1}

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from daemon.document.page import IMAGE, TABLE, TITLE, no_progress
-from daemon.engines.lite.engine import PageLayout, _Line, compose_page
+from daemon.engines.lite.compose import PageLayout, compose_page
+from daemon.engines.lite.lines import Line
 from daemon.engines.lite.regions import Region
 from daemon.engines.lite.tables import Cell, grid_html
 from tests.magazine import Article, Picture, SetPage, spread, typeset
@@ -61,8 +62,8 @@ def lay_out(page: SetPage) -> PageLayout:
     """The typeset lines and pictures through the lite engine's layout step."""
     w, h = page.image.size
     lines = [
-        _Line(text=ln.text, bbox=(ln.box[0] / w, ln.box[1] / h, ln.box[2] / w, ln.box[3] / h),
-              size=ln.size)
+        Line(text=ln.text, bbox=(ln.box[0] / w, ln.box[1] / h, ln.box[2] / w, ln.box[3] / h),
+             size=ln.size)
         for ln in page.lines
     ]
     figures = [
@@ -90,12 +91,16 @@ def assert_paragraphs_in_order(text: str, paragraphs: list[str], page: SetPage) 
     assert found == sorted(found)
 
 
+def one_article(headline: str, columns: int, picture: Picture | None = None, *,
+                drop_cap: bool = True) -> SetPage:
+    """The declaration set on one page under `headline`."""
+    return typeset([Article(headline, DECLARATION, columns, 1.0, picture, drop_cap=drop_cap)],
+                   size=SIZE, font_px=FONT_PX)
+
+
 def test_columns_run_around_a_picture_across_the_gutter() -> None:
-    page = typeset(
-        [Article("Declaration of Independence", DECLARATION, 2, 1.0,
-                 Picture(0, 1, 0.25, 0.3, "A picture set across the gutter, text on both sides."))],
-        size=SIZE, font_px=FONT_PX,
-    )
+    picture = Picture(0, 1, 0.25, 0.3, "A picture set across the gutter, text on both sides.")
+    page = one_article("Declaration of Independence", 2, picture)
     laid = lay_out(page)
     text = read(laid)
     set_paragraphs = [p for p in DECLARATION if p.split()[0] in text]
@@ -106,6 +111,7 @@ def test_columns_run_around_a_picture_across_the_gutter() -> None:
     assert [b.type for b in laid.blocks][:2] == [TITLE, "text"]
     assert laid.blocks[1].text.startswith("When in the Course")
     assert [b.type for b in laid.blocks].count(IMAGE) == 1
+    assert laid.columns == 2
 
 
 def test_a_headline_across_the_columns_separates_two_stories() -> None:
@@ -127,6 +133,7 @@ def test_a_headline_across_the_columns_separates_two_stories() -> None:
     assert_paragraphs_in_order(text[headline:], [p for p in second if p.split()[0] in text], page)
     titles = [b.text for b in laid.blocks if b.type == TITLE]
     assert titles == ["The first story", "A second story under a headline across both columns"]
+    assert laid.columns == 2  # two stories of two columns each, one above the other
 
 
 def test_a_spread_is_read_left_page_then_right_page() -> None:
@@ -146,6 +153,15 @@ def test_a_spread_is_read_left_page_then_right_page() -> None:
     assert text == page.text
     assert text.index("The left page") < text.index(left.text[-40:]) < text.index("The right page")
     assert_paragraphs_in_order(text, [p for p in DECLARATION if p.split()[0] in text], page)
+    assert laid.columns == 4  # two pages of two columns side by side
+
+
+def test_the_columns_reported_are_the_ones_the_page_is_read_in() -> None:
+    picture = Picture(1, 2, 0.1, 0.3, "A picture across the second gutter.")
+    page = one_article("Three columns", 3, picture)
+    laid = lay_out(page)
+    assert read(laid) == page.text
+    assert laid.columns == 3
 
 
 def test_line_end_hyphens_are_joined_and_real_hyphens_kept() -> None:
@@ -163,9 +179,9 @@ def test_a_table_region_becomes_an_html_table_in_markdown_and_content_list() -> 
     from daemon.output.formats.markdown import pages_to_markdown
     from daemon.output.formats.middle import PageData, build_middle
 
-    def cell(text: str, x0: float, x1: float, row: int) -> _Line:
+    def cell(text: str, x0: float, x1: float, row: int) -> Line:
         y = 0.40 + 0.03 * row
-        return _Line(text=text, bbox=(x0, y, x1, y + 0.015), size=15.0)
+        return Line(text=text, bbox=(x0, y, x1, y + 0.015), size=15.0)
 
     cells = [
         cell("Opening hours", 0.35, 0.75, 0),  # a heading over two columns
@@ -176,8 +192,8 @@ def test_a_table_region_becomes_an_html_table_in_markdown_and_content_list() -> 
         cell("Reading room", 0.10, 0.28, 3), cell("8 to 20", 0.35, 0.45, 3),
         cell("closed", 0.60, 0.70, 3),
     ]
-    body = [_Line(text="The hours changed in May, as the table shows.",
-                  bbox=(0.1, 0.3, 0.9, 0.315), size=15.0)]
+    body = [Line(text="The hours changed in May, as the table shows.",
+                 bbox=(0.1, 0.3, 0.9, 0.315), size=15.0)]
     table = Region(kind="table", bbox=(0.08, 0.38, 0.8, 0.52), score=0.9)
     laid = compose_page(body + cells[::-1], [table], source="ocr", progress=no_progress)
     assert [b.type for b in laid.blocks] == ["text", TABLE]
@@ -207,7 +223,6 @@ def test_cells_that_are_no_grid_stay_text() -> None:
 
 @pytest.mark.parametrize("columns", [2, 3])
 def test_plain_columns_without_pictures_still_read_down(columns: int) -> None:
-    page = typeset([Article("Columns", DECLARATION, columns, 1.0, drop_cap=False)],
-                   size=SIZE, font_px=FONT_PX)
+    page = one_article("Columns", columns, drop_cap=False)
     text = read(lay_out(page))
     assert text == page.text

@@ -24,12 +24,16 @@ Here, at every node:
 A two-page spread is two pages with a blank strip (the fold) between them: rule 1 reads
 the left page, then the right one. Right-to-left pages (Arabic, Hebrew) read columns and
 row neighbours right to left; the text of each line is kept as it came.
+
+The cut also counts the columns it read the page in (`read_page`, `Reading.columns`):
+the engine reports that count, so the page's columns and its order come from one place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -58,34 +62,71 @@ _PICTURE_LINES = 3.0
 _GUTTER_ZONE = (0.2, 0.8)
 
 
+@dataclass(frozen=True)
+class Reading(Generic[T]):
+    """A page's elements in reading order, and how many columns that order read them in."""
+
+    order: list[T]
+    # Columns side by side where most of the print is: parts of a vertical cut add up,
+    # parts of a horizontal one (a headline's bands, paragraphs, a table) count as the one
+    # with the most print. A part of fewer than `_MIN_PER_SIDE` elements (a date, a stamp,
+    # a picture beside the text) is no column. 0 for no elements.
+    columns: int
+
+
+def read_page(items: Sequence[T], box_of: Callable[[T], Box], *, rtl: bool = False) -> Reading[T]:
+    """`items` in reading order, and the columns the order found."""
+    boxes = [box_of(it) for it in items]
+    order, columns = _cut(list(range(len(items))), boxes, rtl)
+    return Reading(order=[items[i] for i in order], columns=columns)
+
+
 def xy_cut(items: Sequence[T], box_of: Callable[[T], Box], *, rtl: bool = False) -> list[T]:
     """`items` in reading order."""
-    boxes = [box_of(it) for it in items]
-    order = _cut(list(range(len(items))), boxes, rtl)
-    return [items[i] for i in order]
+    return read_page(items, box_of, rtl=rtl).order
 
 
-def _cut(idx: list[int], boxes: Sequence[Box], rtl: bool) -> list[int]:
+def _cut(idx: list[int], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], int]:
+    """The node's reading order and its column count (see `Reading.columns`)."""
     if len(idx) <= 1:
-        return idx
+        return idx, len(idx)
     columns = _split_x(idx, boxes)
     if columns is not None:
         if rtl:
             columns.reverse()
-        return [i for part in columns for i in _cut(part, boxes, rtl)]
+        return _beside(columns, boxes, rtl)
     gutter = _split_at_gutter(idx, boxes)
     if gutter is not None:
-        parts, masked = gutter
-        if masked:  # columns that run around the masked elements
-            if rtl:
-                parts.reverse()
-            ordered = [i for part in parts for i in _cut(part, boxes, rtl)]
-            return _reinsert(ordered, masked, boxes)
-        return [i for part in parts for i in _cut(part, boxes, rtl)]
+        if not gutter.columns:
+            return _stacked(gutter.parts, boxes, rtl)
+        parts = gutter.parts[::-1] if rtl else gutter.parts
+        order, count = _beside(parts, boxes, rtl)
+        # Masked elements (pictures the columns run around) go back by position.
+        return _reinsert(order, gutter.masked, boxes), count
     rows = _split_y(idx, boxes)
     if rows is not None:
-        return [i for part in rows for i in _cut(part, boxes, rtl)]
-    return _by_rows(idx, boxes, rtl)
+        return _stacked(rows, boxes, rtl)
+    return _by_rows(idx, boxes, rtl), 1
+
+
+def _beside(parts: list[list[int]], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], int]:
+    """Parts side by side, read one after the other; their columns add up."""
+    done = [_cut(part, boxes, rtl) for part in parts]
+    count = sum(n for part, (_, n) in zip(parts, done, strict=True) if len(part) >= _MIN_PER_SIDE)
+    return [i for order, _ in done for i in order], max(count, 1)
+
+
+def _stacked(parts: list[list[int]], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], int]:
+    """Parts one above the other, read top to bottom; the columns of the part with the most
+    print count (by the area of its boxes: a table's many small cells are less text than a
+    few paragraphs' long lines)."""
+    done = [_cut(part, boxes, rtl) for part in parts]
+    largest = max(range(len(parts)), key=lambda k: _area(parts[k], boxes))
+    return [i for order, _ in done for i in order], done[largest][1]
+
+
+def _area(idx: Sequence[int], boxes: Sequence[Box]) -> float:
+    return sum((boxes[i][2] - boxes[i][0]) * (boxes[i][3] - boxes[i][1]) for i in idx)
 
 
 def _coverage(
@@ -167,15 +208,20 @@ def _partition(idx: list[int], centres: list[float], cuts: list[float]) -> list[
     return parts if len(parts) > 1 else None
 
 
-def _split_at_gutter(
-    idx: list[int], boxes: Sequence[Box]
-) -> tuple[list[list[int]], list[int]] | None:
+class _Gutter(NamedTuple):
+    parts: list[list[int]]  # [left, right] columns, or bands top to bottom
+    masked: list[int]  # embedded elements the columns run around
+    columns: bool  # parts side by side (True) or one above the other
+
+
+def _split_at_gutter(idx: list[int], boxes: Sequence[Box]) -> _Gutter | None:
     """Parts of the node on either side of a gutter that a few elements cross.
 
-    Returns (bands, []) when spanning elements cut the node into horizontal bands, or
-    ([left, right], masked) when the crossing elements are embedded ones, or none cross at
-    all (the columns' ragged edges nearly touch, leaving a blank strip too narrow for
-    `_split_x`, inside a wide strip that few lines reach into); None without a gutter.
+    Bands when spanning elements cut the node into horizontal bands; [left, right]
+    columns with the masked elements when the crossing elements are embedded ones, or
+    with none when none cross at all (the columns' ragged edges nearly touch, leaving a
+    blank strip too narrow for `_split_x`, inside a wide strip that few lines reach into);
+    None without a gutter.
     """
     if len(idx) < 2 * _MIN_PER_SIDE + 1:
         return None
@@ -219,8 +265,8 @@ def _split_at_gutter(
         return None
     if spanning:
         bands = _bands(idx, spanning, boxes)
-        return (bands, []) if bands is not None else None
-    return [left, right], embedded
+        return _Gutter(bands, [], columns=False) if bands is not None else None
+    return _Gutter([left, right], embedded, columns=True)
 
 
 def _stacked_on(

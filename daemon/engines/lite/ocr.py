@@ -1,0 +1,148 @@
+"""RapidOCR on the PP-OCR models inside its wheel: a page image's text lines, and the
+recogniser's confidence for line crops (the OCR orientation vote).
+
+Model files: the `rapidocr` wheel ships PP-OCR ONNX models in `rapidocr/models/`
+(detector, text-line orientation classifier, recogniser; the recogniser carries its
+character dictionary in the ONNX metadata). RapidOCR only downloads when no `model_path`
+is configured and the file it expects is missing or has another checksum, so `OcrReader`
+passes the bundled files explicitly: nothing is fetched at run time. This was checked by
+running OCR inside a network namespace without connectivity (`unshare -n`), and the reader
+raises EngineUnavailable instead of letting RapidOCR try a download when the files are
+gone.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+from daemon.common.errors import EngineUnavailable
+from daemon.engines.lite.lines import Line
+
+# RapidOCR shrinks larger images before detection. 2000 (its default) loses small print on
+# A4 pages rendered at 200 dpi (1654x2339); 2400 keeps it at a modest CPU cost.
+_OCR_MAX_SIDE = 2400
+
+
+class OcrReader:
+    """RapidOCR loaded on the bundled models, its ONNX sessions created up front."""
+
+    def __init__(self, threads: int) -> None:
+        try:
+            import rapidocr
+            from rapidocr import RapidOCR
+        except ImportError as exc:
+            raise EngineUnavailable(
+                f"the lite engine needs rapidocr and onnxruntime ({exc})",
+                hint="pip install rapidocr onnxruntime",
+            ) from exc
+        self.models = bundled_models(Path(rapidocr.__file__).parent / "models")
+        self.version = importlib.metadata.version("rapidocr")
+        try:
+            import cv2
+
+            # RapidOCR pre-processes with OpenCV, which would otherwise use every core.
+            cv2.setNumThreads(threads)
+        except ImportError:
+            pass
+        params: dict[str, Any] = {
+            "Global.log_level": "warning",
+            # Keep every line: the junk filter drops unsure ones itself and counts them.
+            "Global.text_score": 0.0,
+            "Global.max_side_len": _OCR_MAX_SIDE,
+            # Detection runs on the page scaled to a 960 px long side, PP-OCR's classic
+            # setting. RapidOCR's default ("min" side 736) leaves a 200-DPI page at full
+            # size, where the small det model finds NOTHING on sparse pages (a 12 pt line
+            # on an otherwise empty US Letter page: empty at >= 1280 px, found at 960).
+            # Recognition still reads the boxes from the full-resolution page.
+            "Det.limit_type": "max",
+            "Det.limit_side_len": 960,
+            "Det.model_path": str(self.models["det"]),
+            "Cls.model_path": str(self.models["cls"]),
+            "Rec.model_path": str(self.models["rec"]),
+            "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+            "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+        }
+        try:
+            # rapidocr ships no type hints: its engine and results stay Any here.
+            self._ocr: Any = RapidOCR(params=params)
+            # RapidOCR creates its ONNX sessions on first use. Create them now so a broken
+            # model fails here as EngineUnavailable, not on a user's first page. These are
+            # private hooks: if a release renames them, loading just stays lazy.
+            for hook in ("_load_det_model", "_load_cls_model", "_load_rec_model"):
+                build = getattr(self._ocr, hook, None)
+                if callable(build):
+                    build()
+        except Exception as exc:
+            raise EngineUnavailable(
+                f"RapidOCR failed to start: {exc}",
+                hint="pip install --force-reinstall rapidocr onnxruntime",
+            ) from exc
+
+    def lines(self, image: Image.Image) -> list[Line]:
+        """The text lines RapidOCR finds on `image`, boxes normalised to it."""
+        image = image if image.mode == "RGB" else image.convert("RGB")
+        width, height = image.size
+        # RapidOCR treats arrays as OpenCV BGR. Every step is named: RapidOCR keeps the
+        # last call's choices as its new defaults.
+        bgr = np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
+        result = self._ocr(bgr, use_det=True, use_cls=True, use_rec=True)
+        if result is None or getattr(result, "txts", None) is None or result.boxes is None:
+            return []
+        scores = list(getattr(result, "scores", None) or [1.0] * len(result.txts))
+        lines: list[Line] = []
+        for box, text, score in zip(result.boxes, result.txts, scores, strict=False):
+            text = str(text).strip()
+            if not text:
+                continue
+            pts = np.asarray(box, dtype=np.float64).reshape(-1, 2)
+            x0, y0 = pts.min(axis=0)
+            x1, y1 = pts.max(axis=0)
+            lines.append(
+                Line(
+                    text=text,
+                    bbox=(
+                        _clamp(x0 / width),
+                        _clamp(y0 / height),
+                        _clamp(x1 / width),
+                        _clamp(y1 / height),
+                    ),
+                    # The quad's left edge is the text height even for slightly skewed lines.
+                    size=float(np.linalg.norm(pts[3] - pts[0])) if len(pts) == 4 else y1 - y0,
+                    confidence=float(score),
+                )
+            )
+        return lines
+
+    def recognize(self, crops: list[np.ndarray]) -> list[float]:
+        """Recogniser confidences for BGR line images (no detection, no 0/180 classifier)."""
+        if not crops:
+            return []
+        from rapidocr.ch_ppocr_rec import TextRecInput
+
+        # RapidOCR's recogniser on its own: a private loader, created in __init__ already.
+        rec = self._ocr._load_rec_model()
+        out = rec(TextRecInput(img=crops))
+        return [float(v) for v in out.scores]
+
+
+def bundled_models(folder: Path) -> dict[str, Path]:
+    """The detector, classifier and recogniser ONNX files shipped inside the wheel."""
+    found: dict[str, Path] = {}
+    for role in ("det", "cls", "rec"):
+        candidates = sorted(folder.glob(f"*{role}*.onnx"))
+        if not candidates:
+            raise EngineUnavailable(
+                f"rapidocr's bundled {role} model is missing from {folder}",
+                hint="pip install --force-reinstall rapidocr",
+            )
+        found[role] = candidates[-1]  # newest PP-OCR version sorts last
+    return found
+
+
+def _clamp(value: float) -> float:
+    return float(min(1.0, max(0.0, value)))
