@@ -340,3 +340,34 @@ def test_parse_writes_crops_cut_by_the_worker(tmp_path: Path, layout: str) -> No
             assert crop.format == "JPEG" and crop.size == (425, 440)
         assert f"![]({figure['img_path']})" in (folder / "memo.md").read_text()
     assert (out / "memo" / "memo.meta.json").exists()
+
+
+def test_the_log_file_follows_logrotate_without_copytruncate(tmp_path: Path) -> None:
+    """logrotate renames docinbox.log away; the next record starts a new docinbox.log."""
+    import dataclasses
+    import logging
+
+    from daemon.cli.main import setup_logging
+    from daemon.config.settings import Config, LoggingConfig
+
+    logfile = tmp_path / "logs" / "docinbox.log"
+    cfg = Config(inboxes=(), outbox=tmp_path / "out", archive=tmp_path / "archive",
+                 failed=tmp_path / "failed", duplicates=tmp_path / "dup",
+                 state_dir=tmp_path / "state")
+    cfg = dataclasses.replace(cfg, logging=LoggingConfig(file=logfile))
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging(cfg)
+        logging.getLogger("docinbox.test").info("before the rotation")
+        rotated = logfile.with_name("docinbox.log.1")
+        logfile.rename(rotated)
+        logging.getLogger("docinbox.test").info("after the rotation")
+        assert "before the rotation" in rotated.read_text()
+        assert "after the rotation" not in rotated.read_text()
+        assert "after the rotation" in logfile.read_text()
+    finally:
+        for h in root.handlers:
+            h.close()
+        root.handlers[:], level = saved
+        root.setLevel(level)

@@ -13,6 +13,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import logging.handlers
 import os
 import sys
 import time
@@ -54,7 +55,9 @@ def setup_logging(cfg: Config | None, verbose: bool = False) -> None:
         # The log names every file (and reasons for failures): the service user's only,
         # whatever the umask. Created here with 0600; an existing file keeps its mode.
         os.close(os.open(cfg.logging.file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        handlers = [logging.FileHandler(cfg.logging.file, encoding="utf-8")]
+        # Watched: a file renamed away by logrotate is followed by a new one at the next
+        # record, so no `copytruncate` is needed (docs/systemd.md).
+        handlers = [logging.handlers.WatchedFileHandler(cfg.logging.file, encoding="utf-8")]
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if cfg is not None and cfg.logging.json:
         fmt = (
