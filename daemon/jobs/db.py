@@ -85,8 +85,6 @@ class Database:
             with contextlib.suppress(OSError):
                 os.chmod(path, 0o600)
         self.conn = connect(path, readonly=readonly)
-        # Set by the daemon when hooks are configured: outcomes then carry their event.
-        self.event_source: Any = None
         if not readonly:
             self._migrate()
 

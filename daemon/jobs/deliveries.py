@@ -20,6 +20,7 @@ class NewEvent:
 
     id: str  # unique; the receiver's deduplication key (webhook-id)
     type: str
+    job_id: int  # the job whose outcome it tells of
     created_at: float  # wall clock
     body: str  # the JSON receivers get, byte for byte (signed as is)
     receivers: tuple[str, ...]  # hook names subscribed to this type
@@ -28,6 +29,10 @@ class NewEvent:
 
 def record_event(c: sqlite3.Connection, job_id: int, ev: NewEvent) -> None:
     """An event and its deliveries, in the caller's transaction (the outcome's)."""
+    if ev.job_id != job_id:
+        raise ValueError(f"the event {ev.id} tells of job {ev.job_id}, not of job {job_id}")
+    if not ev.receivers:
+        return
     seq = c.execute(
         "INSERT INTO events(id, type, job_id, created_at, body) VALUES(?, ?, ?, ?, ?)",
         (ev.id, ev.type, job_id, ev.created_at, ev.body),

@@ -2,17 +2,20 @@
 
 Every job state change goes through `daemon.jobs.states.check_transition`. An outcome
 (done, failed, a duplicate) is recorded with its event in one transaction
-(daemon.jobs.deliveries: the transactional outbox).
+(daemon.jobs.deliveries: the transactional outbox). The event is built BEFORE that
+transaction by whoever reaches the outcome (the publisher knows the files it wrote), and
+handed in as a `NewEvent`: the transaction holding the write lock touches no file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from daemon.jobs.db import Database
+from daemon.jobs.db import Database, StoreBusy
 from daemon.jobs.deliveries import NewEvent, record_event
 from daemon.jobs.pages import delete_pages
 from daemon.jobs.states import JobState, check_transition
@@ -91,19 +94,62 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class Outcome:
-    """A job's outcome, as the transaction recording it sees it: what an event about it
-    is built from (daemon.output.events). `event` is the event type."""
+    """A job's outcome as the transaction recording it will leave the job: what an event
+    about it is built from (daemon.output.events), before that transaction. `event` is
+    the event type."""
 
     event: str  # document.done | document.reprocessed | document.failed | document.duplicate
-    job: Job  # as recorded by this transaction
+    job: Job  # as the transaction recording the outcome leaves it
     original: Job | None = None  # a duplicate's: the job that owns the content
 
+    @classmethod
+    def done(cls, job: Job, now: float, output_dir: str, seconds: float) -> Outcome:
+        """`job` (as it stands before) published: `document.reprocessed` when it had been
+        done before (`docinbox reprocess`), else `document.done`."""
+        event = "document.reprocessed" if job.output_dir is not None else "document.done"
+        return cls(event, dataclasses.replace(
+            job, state=JobState.DONE, finished_at=now, not_before=0.0, output_dir=output_dir,
+            seconds=seconds))
+
+    @classmethod
+    def failed(cls, job: Job, now: float, kind: str, error: str) -> Outcome:
+        return cls("document.failed", dataclasses.replace(
+            job, state=JobState.FAILED, finished_at=now, not_before=0.0, error_kind=kind,
+            error=error))
 
 
+class EventMaker(Protocol):
+    """Builds the event of an outcome, or None when no receiver wants it (the hooks).
 
-# Builds the event of an outcome, or None when no hook wants it. Called INSIDE the write
-# transaction (the transactional outbox): it must not touch the store and must be quick.
-EventSource = Callable[[Outcome], "NewEvent | None"]
+    Called before the transaction that records the outcome, so it may read the disk;
+    `files` are the output folder's files when the caller knows them (the publisher wrote
+    them), relative to that folder: then the folder is not listed again."""
+
+    def event_for(
+        self, outcome: Outcome, files: Sequence[str] | None = None
+    ) -> NewEvent | None: ...
+
+
+class NoEvents:
+    """No hooks configured: outcomes carry no event."""
+
+    def event_for(self, outcome: Outcome, files: Sequence[str] | None = None) -> None:
+        return None
+
+
+class StaleEvent(StoreBusy):
+    """The event handed in was built for another outcome than the one the transaction
+    records (another process changed the job meanwhile): build it again and retry."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """A document's output, written: what recording its outcome takes."""
+
+    folder: str  # the outbox folder
+    event: NewEvent | None  # its document.done / document.reprocessed event
+    pages: int  # converted pages published
+    page_seconds: float  # their converting time, summed
 
 
 class JobRecords(Database):
@@ -157,11 +203,13 @@ class JobRecords(Database):
         mtime_ns: int,
         sha256: str,
         now: float,
+        event: NewEvent | None = None,
     ) -> IngestResult | None:
         """Record a stable file and queue it, or mark it a duplicate.
 
         Returns None when nothing new happened: the same path already maps to this content
-        (e.g. `after_success: keep` and the file was touched without changing).
+        (e.g. `after_success: keep` and the file was touched without changing). `event`
+        is the duplicate's, built from `arrival_outcome`; recorded with it.
         """
         with self.tx() as c:
             prev = c.execute("SELECT * FROM sources WHERE path = ?", (path,)).fetchone()
@@ -171,9 +219,8 @@ class JobRecords(Database):
                     (size, mtime_ns, now, path),
                 )
                 return None
-            doc = c.execute("SELECT id FROM documents WHERE sha256 = ?", (sha256,)).fetchone()
-            original: Job | None = None
-            if doc is None:
+            doc_id, original = self._owner(c, sha256)
+            if doc_id is None:
                 doc_id = int(
                     c.execute(
                         "INSERT INTO documents(sha256, size, first_seen) VALUES(?, ?, ?)",
@@ -181,16 +228,6 @@ class JobRecords(Database):
                     ).lastrowid
                     or 0
                 )
-            else:
-                doc_id = int(doc["id"])
-                row = c.execute(
-                    self._JOB_SELECT + " WHERE jobs.document_id = ? AND jobs.state IN (?, ?, ?) "
-                    "ORDER BY jobs.id LIMIT 1",
-                    (doc_id, JobState.QUEUED.value, JobState.RUNNING.value, JobState.DONE.value),
-                ).fetchone()
-                original = Job.from_row(dict(row)) if row else None
-            # A failed original does not make a re-drop a duplicate: the user most likely
-            # fixed something (a password in config) and dropped it again.
             duplicate = original is not None
             job_id = int(
                 c.execute(
@@ -219,9 +256,50 @@ class JobRecords(Database):
             self._bump(c, "duplicates_total" if duplicate else "documents_queued_total")
             job = self._job(c, job_id)
             assert job is not None
-            if duplicate:
-                self._record_event(c, Outcome("document.duplicate", job, original))
+            if event is not None:
+                if not duplicate or event.job_id != job_id:
+                    raise StaleEvent(f"the event {event.id} was built for another arrival")
+                record_event(c, job_id, event)
             return IngestResult(job=job, duplicate=duplicate, original=original)
+
+    def _owner(self, c: sqlite3.Connection, sha256: str) -> tuple[int | None, Job | None]:
+        """The document with this content, and the job that owns it (queued, running or
+        done). A failed original does not make a re-drop a duplicate: the user most likely
+        fixed something (a password in config) and dropped it again."""
+        doc = c.execute("SELECT id FROM documents WHERE sha256 = ?", (sha256,)).fetchone()
+        if doc is None:
+            return None, None
+        row = c.execute(
+            self._JOB_SELECT + " WHERE jobs.document_id = ? AND jobs.state IN (?, ?, ?) "
+            "ORDER BY jobs.id LIMIT 1",
+            (int(doc["id"]), JobState.QUEUED.value, JobState.RUNNING.value, JobState.DONE.value),
+        ).fetchone()
+        return int(doc["id"]), Job.from_row(dict(row)) if row else None
+
+    def arrival_outcome(
+        self, *, path: str, inbox: str, subdir: str, sha256: str, now: float
+    ) -> Outcome | None:
+        """The duplicate outcome `record_arrival` would record for this file now, or None
+        when it would queue it (or record nothing): its event is built from this before
+        the transaction, and `record_arrival` checks that it still holds."""
+        prev = self.conn.execute(
+            "SELECT sha256, job_id FROM sources WHERE path = ?", (path,)
+        ).fetchone()
+        if prev is not None and prev["sha256"] == sha256 and prev["job_id"] is not None:
+            return None
+        _, original = self._owner(self.conn, sha256)
+        if original is None:
+            return None
+        # The job the transaction will insert: ids are handed out in order (no
+        # AUTOINCREMENT, and jobs are never deleted), checked there.
+        next_id = self.conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM jobs").fetchone()[0]
+        job = dataclasses.replace(
+            original, id=int(next_id), source_path=path, inbox=inbox, subdir=subdir,
+            state=JobState.DUPLICATE, attempts=0, crashes=0, error_kind=None, error=None,
+            created_at=now, started_at=None, finished_at=now, not_before=0.0, engine=None,
+            duplicate_of=original.id, page_count=None, pages_done=0, output_dir=None,
+            held_path=None, seconds=None)
+        return Outcome("document.duplicate", job, original)
 
     def forget_source(self, path: str) -> None:
         """Drop the (path, size, mtime) memo so a file put back at the same path is seen."""
@@ -249,40 +327,34 @@ class JobRecords(Database):
         with self.tx() as c:
             c.execute("UPDATE jobs SET page_count = ? WHERE id = ?", (page_count, job_id))
 
-    def finish_job(self, job_id: int, now: float, output_dir: str, seconds: float) -> Job:
-        return self._settle(
-            job_id, now, JobState.DONE, "documents_done_total", output_dir=output_dir,
-            seconds=seconds,
-        )
-
-    def fail_job(self, job_id: int, now: float, kind: str, error: str) -> Job:
-        return self._settle(
-            job_id, now, JobState.FAILED, "documents_failed_total", error_kind=kind, error=error
-        )
-
-    def _settle(self, job_id: int, now: float, end: JobState, counter: str, **fields: Any) -> Job:
-        """A job reaches `done` or `failed`, and that outcome's counter moves with it."""
+    def finish_job(
+        self, job_id: int, now: float, output_dir: str, seconds: float,
+        *, event: NewEvent | None = None,
+    ) -> Job:
+        """A published document is done, with its event."""
         with self.tx() as c:
-            before = self._job(c, job_id)
-            job = self._set_state(c, job_id, end, finished_at=now, not_before=0, **fields)
-            self._bump(c, counter)
-            if end == JobState.FAILED:
-                event = "document.failed"
-            elif before is not None and before.output_dir is not None:
-                event = "document.reprocessed"  # it had been done before: `reprocess`
-            else:
-                event = "document.done"
-            self._record_event(c, Outcome(event, job))
-            return job
+            return self._settle(c, job_id, now, JobState.DONE, "documents_done_total", event,
+                                output_dir=output_dir, seconds=seconds)
 
-    def _record_event(self, c: sqlite3.Connection, outcome: Outcome) -> None:
-        """The outcome's event, in the caller's transaction: recorded with it or not at all."""
-        if self.event_source is None:
-            return
-        ev = self.event_source(outcome)
-        if ev is None or not ev.receivers:
-            return
-        record_event(c, outcome.job.id, ev)
+    def fail_job(
+        self, job_id: int, now: float, kind: str, error: str, *, event: NewEvent | None = None
+    ) -> Job:
+        """Failed, with its event; its finished pages stay for `docinbox retry`."""
+        with self.tx() as c:
+            return self._settle(c, job_id, now, JobState.FAILED, "documents_failed_total",
+                                event, error_kind=kind, error=error)
+
+    def _settle(
+        self, c: sqlite3.Connection, job_id: int, now: float, end: JobState, counter: str,
+        event: NewEvent | None, **fields: Any,
+    ) -> Job:
+        """A job reaches `done` or `failed`, that outcome's counter moves with it, and its
+        event is recorded: together or not at all."""
+        job = self._set_state(c, job_id, end, finished_at=now, not_before=0, **fields)
+        self._bump(c, counter)
+        if event is not None:
+            record_event(c, job_id, event)
+        return job
 
     def requeue(
         self,

@@ -32,13 +32,39 @@ from daemon.jobs.deliveries import (
     ReceiverCounts,
 )
 from daemon.jobs.pages import PageRecords
-from daemon.jobs.queue import EventSource, IngestResult, Job, JobRecords, Outcome
+from daemon.jobs.queue import (
+    EventMaker,
+    IngestResult,
+    Job,
+    JobRecords,
+    NoEvents,
+    Outcome,
+    Published,
+    StaleEvent,
+)
 from daemon.jobs.schema import EXPECTED_COLUMNS, MIGRATIONS, SCHEMA_VERSION
 
 __all__ = [
-    "BUSY_TIMEOUT_MS", "EXPECTED_COLUMNS", "MIGRATIONS", "SCHEMA_VERSION", "Delivery",
-    "DeliveryState", "EventSource", "IngestResult", "Job", "NewEvent", "Outcome",
-    "ReceiverCounts", "SchemaError", "Store", "StoreBusy", "StoreFull", "_unavailable",
+    "BUSY_TIMEOUT_MS",
+    "EXPECTED_COLUMNS",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Delivery",
+    "DeliveryState",
+    "EventMaker",
+    "IngestResult",
+    "Job",
+    "NewEvent",
+    "NoEvents",
+    "Outcome",
+    "Published",
+    "ReceiverCounts",
+    "SchemaError",
+    "StaleEvent",
+    "Store",
+    "StoreBusy",
+    "StoreFull",
+    "_unavailable",
     "connect",
 ]
 

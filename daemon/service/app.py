@@ -151,18 +151,19 @@ class Daemon:
                 len(recovered),
                 ", ".join(map(str, recovered)),
             )
-        # Hooks: every outcome recorded from now on carries its event (same transaction);
+        # Hooks: every outcome recorded from now on carries its event (built by the publisher
+        # and the ingestor just before, recorded in the same transaction);
         # what an earlier run left pending is delivered by the lanes started here.
         self.hooks = HookService(self.cfg, wall=self.wall)
-        self.store.event_source = self.hooks.event_for
         self.hooks.start(self.store)
         removed = outbox.cleanup_orphans(self.cfg.outbox)
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
-        self.publisher = Publisher(self.cfg, self.store, self.wall)
+        self.publisher = Publisher(self.cfg, self.store, self.wall, self.hooks)
         self.watcher = Watcher.from_config(self.cfg, wall=self.wall)
         self._watch_folders(now)
-        self.ingestor = Ingestor(self.cfg, self.store, self.wall, self.watcher.forget)
+        self.ingestor = Ingestor(self.cfg, self.store, self.wall, self.watcher.forget,
+                                 self.hooks)
         self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
         self.watcher.start()
         self.started_wall = self.wall()

@@ -1,9 +1,9 @@
 """Hooks: each recorded event delivered to its webhooks and commands, at least once, in order.
 
 The transactional outbox: the store writes an event (and one delivery row per receiver) in
-the same transaction that records the document's outcome (`Store.event_source` is
-`HookService.event_for`), so a crash between "done" and "delivered" loses nothing. This
-module works the rows off:
+the same transaction that records the document's outcome (the event is built just before
+by `HookService.event_for`, called by the publisher and the ingestor), so a crash between
+"done" and "delivered" loses nothing. This module works the rows off:
 
 - One `Lane` per receiver, each in its own thread with its own database connection: a slow,
   hanging or unreachable receiver delays nobody, neither the main loop (watching,
@@ -430,9 +430,11 @@ class HookService:
     def enabled(self) -> bool:
         return bool(self.cfg.hooks.webhooks or self.cfg.hooks.commands)
 
-    def event_for(self, outcome: Outcome) -> NewEvent | None:
-        """`Store.event_source`: the event of an outcome and who wants it (called inside
-        the store's transaction)."""
+    def event_for(
+        self, outcome: Outcome, files: Sequence[str] | None = None
+    ) -> NewEvent | None:
+        """The event of an outcome and who wants it (an `EventMaker`: called before the
+        store's transaction that records both; `files`: see `build_event`)."""
         receivers = tuple(n for n, ev in self.subscriptions.items() if outcome.event in ev)
         if not receivers:
             return None
@@ -440,17 +442,18 @@ class HookService:
         now = self.wall()
         event_id = new_event_id()
         try:
-            body = build_event(self.cfg, outcome, now=now, event_id=event_id).body()
+            body = build_event(self.cfg, outcome, now=now, event_id=event_id,
+                               files=files).body()
         except Exception:
-            # A bug here must neither fail the document (this runs inside the transaction
-            # recording its outcome) nor drop the event: it goes out with what is sure.
+            # A bug here must neither fail the document (its outcome is recorded next,
+            # with this event) nor drop the event: it goes out with what is sure.
             log.exception("hooks: the body of the %s event of job %s could not be built",
                           outcome.event, outcome.job.id)
             body = json.dumps({
                 "id": event_id, "type": outcome.event, "timestamp": iso(now),
                 "data": {"job_id": outcome.job.id, "incomplete": True},
             }, separators=(",", ":"))
-        return NewEvent(event_id, outcome.event, now, body, receivers)
+        return NewEvent(event_id, outcome.event, outcome.job.id, now, body, receivers)
 
     def start(self, store: Store) -> None:
         self._apply(self.cfg, store)
