@@ -317,6 +317,47 @@ def test_retry_after_is_honoured_and_410_gone_disables_the_receiver(
     store.close()
 
 
+def test_a_410_disabled_receiver_stays_disabled_after_a_restart_until_hooks_retry(
+    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = webhook_config(tmp_path, receiver.url)
+    clock = Clock()
+    store = open_store(cfg, HookService(cfg, wall=clock))
+    finish(store, cfg, "a.pdf", clock())
+    finish(store, cfg, "b.pdf", clock())
+    receiver.mode = "410"
+    lane_for(cfg, store, clock).step(clock())
+    store.close()
+    receiver.mode = "ok"  # it would take events again, but it said it does not want them
+    store = open_store(cfg, HookService(cfg, wall=clock))  # a restart
+    lane = lane_for(cfg, store, clock)
+    with caplog.at_level(logging.WARNING, logger="docinbox.hooks"):
+        lane.step(clock.tick(10))
+    assert lane.disabled is not None and "410" in lane.disabled
+    assert any("stays disabled" in r.getMessage() for r in caplog.records)
+    assert len(receiver.received()) == 1  # only the 410 before the restart
+    # the same configuration again (a reload, another lane): still disabled
+    assert lane_for(cfg, store, clock).step(clock.tick(10)) > 0
+    assert len(receiver.received()) == 1
+    # `docinbox hooks retry` enables it: the lane sees it at its next look
+    assert store.enable_receivers() == ["rx"]
+    assert lane.step(clock.tick(60)) == 0
+    assert lane.disabled is None
+    assert [json.loads(r.body)["data"]["source"]["name"] for r in receiver.received()] == [
+        "a.pdf", "b.pdf"]
+    # a change of the receiver's configuration enables it too
+    receiver.mode = "410"
+    finish(store, cfg, "c.pdf", clock())
+    lane.step(clock.tick(1))
+    assert lane.disabled is not None
+    changed = webhook_config(tmp_path, receiver.url, timeout_seconds=5)
+    receiver.mode = "ok"
+    finish(store, cfg, "d.pdf", clock())
+    assert lane_for(changed, store, clock).step(clock.tick(1)) == 0
+    assert json.loads(receiver.received()[-1].body)["data"]["source"]["name"] == "d.pdf"
+    store.close()
+
+
 def test_an_event_older_than_max_age_is_dead_then_retry_queues_it_again(
     tmp_path: Path
 ) -> None:

@@ -105,6 +105,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.jobs.pages": (60, "daemon"),
     "daemon.jobs.queue": (60, "daemon"),
     "daemon.jobs.store": (60, "daemon"),
+    "daemon.jobs.upkeep": (60, "daemon"),
     "daemon.intake.ignore": (70, "daemon"),
     "daemon.intake.mounts": (70, "daemon"),
     "daemon.intake.presence": (70, "daemon"),

@@ -41,7 +41,7 @@ from daemon.config.settings import (
 )
 from daemon.config.values import is_loopback
 from daemon.jobs.states import JobState
-from daemon.jobs.store import Job, Store
+from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.service.status import collect
 
 log = logging.getLogger("docinbox")
@@ -287,6 +287,8 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     if action == "retry":
         store = Store(cfg.db_path)
         try:
+            for name in store.enable_receivers():  # 410 Gone: the user says try again
+                print(f"hook {name}: enabled again (it had answered 410 Gone)")
             if args.dead:
                 n = store.requeue_deliveries(time.time())
                 if not n:
@@ -328,6 +330,28 @@ def cmd_hooks(args: argparse.Namespace) -> int:
         if d.last_error:
             line += f"  last error: {d.last_error}"
         print(line)
+    return ExitCode.OK
+
+
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    """`docinbox vacuum`: prune what hooks.retention_days allows, rebuild the file small."""
+    cfg = load_or_exit(args.config, check=False)
+    _open_store(cfg).close()  # says so when there is no database yet
+    sizes = [cfg.db_path, cfg.db_path.with_name(cfg.db_path.name + "-wal")]
+    before = sum(p.stat().st_size for p in sizes if p.exists())
+    store = Store(cfg.db_path)
+    try:
+        now = time.time()
+        store.prune_deliveries(now - cfg.hooks.retention_days * 86400.0)
+        store.prune_page_times(now)
+        store.vacuum()
+    except StoreBusy as exc:
+        print(f"docinbox: the database cannot be compacted now: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    after = sum(p.stat().st_size for p in sizes if p.exists())
+    print(f"{cfg.db_path}: {before:,} bytes -> {after:,} bytes")
     return ExitCode.OK
 
 
@@ -502,7 +526,7 @@ def _add_daemon_commands(
 def _add_job_commands(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
-    """status, list, retry, reprocess: what the record says, and queueing jobs again."""
+    """status, list, retry, reprocess, vacuum: what the record says, and queueing jobs again."""
     s = sub.add_parser("status", parents=[common], help="what the daemon is doing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
@@ -524,6 +548,9 @@ def _add_job_commands(
     g.add_argument("id", nargs="?", type=int)
     g.add_argument("--all", action="store_true", help="every done job")
     s.set_defaults(fn=cmd_reprocess)
+
+    s = sub.add_parser("vacuum", parents=[common], help="compact the state database")
+    s.set_defaults(fn=cmd_vacuum)
 
 
 def _add_config_command(

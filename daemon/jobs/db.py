@@ -11,6 +11,10 @@ another process while the daemon writes):
 - Timestamps are wall-clock seconds passed in by the caller (`now`), never read here, so
   tests drive time.
 
+The file stays small on its own (issue 31): `auto_vacuum=INCREMENTAL` lets idle ticks give
+freed pages back (`incremental_vacuum`, daemon.jobs.upkeep), and the WAL is checkpointed
+and truncated there too (`journal_size_limit` caps what a checkpoint leaves behind).
+
 The counters and the runtime facts (two one-row-per-name tables every family writes or
 `status` reads) live here too.
 """
@@ -19,15 +23,25 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from daemon.jobs.schema import EXPECTED_COLUMNS, MIGRATIONS, SCHEMA_VERSION
 
+log = logging.getLogger("docinbox.store")
+
 BUSY_TIMEOUT_MS = 60_000
+# What a checkpoint leaves of the WAL file at most (PRAGMA journal_size_limit).
+WAL_LIMIT_BYTES = 64 * 1024 * 1024
+# How long a checkpoint in the main loop waits for a reader (the status page, `docinbox
+# status`) to let go of the WAL before it copies what it can and tries again later.
+CHECKPOINT_WAIT_MS = 200
+AUTO_VACUUM_INCREMENTAL = 2
 
 
 class StoreBusy(Exception):
@@ -63,11 +77,24 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     if not readonly:
+        # Before WAL: on a new, empty file it takes effect at once; an older file is
+        # rebuilt with it once (Database._compact_once).
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
 
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """What one WAL checkpoint did."""
+
+    truncated: bool  # every frame copied and the WAL file cut to zero bytes
+    frames: int  # in the WAL (-1 when not in WAL mode)
+    moved: int  # copied into the database
 
 
 class Database:
@@ -87,6 +114,7 @@ class Database:
         self.conn = connect(path, readonly=readonly)
         if not readonly:
             self._migrate()
+            self._compact_once()
 
     def close(self) -> None:
         self.conn.close()
@@ -163,6 +191,69 @@ class Database:
                 + "; ".join(problems)
                 + " (move it away, or point state_dir at an empty folder)"
             )
+
+    def _compact_once(self) -> None:
+        """A file from before auto_vacuum (schema 5 and older) is rebuilt with it once, and
+        so shrinks by what its migration dropped. A full disk or a lock leaves it for the
+        next start: the file works the same meanwhile, it only does not shrink."""
+        if self.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == AUTO_VACUUM_INCREMENTAL:
+            return
+        log.info("compacting %s once (auto_vacuum); this may take a while", self.path)
+        try:
+            self.vacuum()
+        except StoreBusy as exc:
+            log.warning("could not compact %s now (%s); trying again at the next start",
+                        self.path, exc)
+
+    # -- keeping the file small -------------------------------------------------------
+
+    def _outside_tx(self, sql: str) -> None:
+        """A statement that runs as its own transaction (VACUUM, incremental_vacuum),
+        run to its end (a PRAGMA that returns rows would stop after the first step)."""
+        try:
+            self.conn.executescript(sql)
+        except sqlite3.OperationalError as exc:
+            err = _unavailable(exc)
+            if err is None:
+                raise
+            raise err from exc
+
+    def vacuum(self) -> None:
+        """Rebuild the file without its free pages (`docinbox vacuum`). It holds the
+        write lock while it copies, and needs free space for a copy of the file."""
+        self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        self._outside_tx("VACUUM;")
+        self.checkpoint()
+
+    def free_pages(self) -> int:
+        return int(self.conn.execute("PRAGMA freelist_count").fetchone()[0])
+
+    def incremental_vacuum(self, pages: int) -> int:
+        """Give up to `pages` free pages back to the file system; return how many."""
+        before = self.free_pages()
+        if before:
+            self._outside_tx(f"PRAGMA incremental_vacuum({int(pages)});")
+        return before - self.free_pages()
+
+    def checkpoint(self) -> Checkpoint:
+        """Copy the WAL into the database and truncate it when no reader holds it; with a
+        reader, copy what it allows (PASSIVE) and leave the rest for the next time. Waits
+        at most CHECKPOINT_WAIT_MS for readers, not the busy timeout: it runs in the
+        main loop."""
+        self.conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
+        try:
+            busy, frames, moved = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            truncated = not busy
+            if busy:
+                _, frames, moved = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.OperationalError as exc:
+            err = _unavailable(exc)
+            if err is None:
+                raise
+            raise err from exc
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        return Checkpoint(truncated=truncated, frames=frames, moved=moved)
 
     def schema_version(self) -> int:
         return int(self.conn.execute("PRAGMA user_version").fetchone()[0])

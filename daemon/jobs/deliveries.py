@@ -193,3 +193,52 @@ class EventRecords(Database):
                                       head.last_error if head else None))
         return out
 
+    def prune_deliveries(self, before: float) -> int:
+        """Delivered and dead deliveries that finished before `before` (hooks.retention_days
+        ago) are deleted, and the events left without any; return how many deliveries."""
+        with self.tx() as c:
+            n = c.execute(
+                "DELETE FROM deliveries WHERE state IN ('delivered', 'dead') AND finished_at < ?",
+                (before,),
+            ).rowcount
+            if n:
+                c.execute(
+                    "DELETE FROM events WHERE created_at < ? AND NOT EXISTS "
+                    "(SELECT 1 FROM deliveries d WHERE d.event_seq = events.seq)",
+                    (before,),
+                )
+            return int(n)
+
+    # -- receivers that said 410 Gone -----------------------------------------------------
+
+    def disable_receiver(self, name: str, identity: str, why: str, now: float) -> None:
+        """The receiver answered 410 Gone: it stays disabled, across restarts, until
+        `docinbox hooks retry` or a change of its configuration (`identity`)."""
+        with self.tx() as c:
+            c.execute(
+                "INSERT INTO receivers(name, identity, disabled, since) VALUES(?, ?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET identity = excluded.identity, "
+                "disabled = excluded.disabled, since = excluded.since",
+                (name, identity, why, now),
+            )
+
+    def receiver_disabled(self, name: str, identity: str) -> str | None:
+        """Why the receiver is disabled, or None. A receiver configured otherwise since
+        (another `identity`) is enabled again."""
+        row = self.conn.execute(
+            "SELECT identity, disabled FROM receivers WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None:
+            return None
+        if row["identity"] != identity:
+            with self.tx() as c:
+                c.execute("DELETE FROM receivers WHERE name = ?", (name,))
+            return None
+        return str(row["disabled"])
+
+    def enable_receivers(self) -> list[str]:
+        """`docinbox hooks retry`: every disabled receiver is tried again; their names."""
+        with self.tx() as c:
+            names = [str(r[0]) for r in c.execute("SELECT name FROM receivers ORDER BY name")]
+            c.execute("DELETE FROM receivers")
+            return names

@@ -1,5 +1,9 @@
 """Finished pages and their figure crops: what lets a crash at page 40 of 50 resume at
-page 40, and what the status page's throughput figures are read from."""
+page 40, kept until the document is published (then the outbox folder is their copy).
+
+Each page's converting time is also kept in page_times, for the status page's throughput
+figures, for a while only (`prune_page_times`): rows of a size that does not depend on
+the page."""
 
 from __future__ import annotations
 
@@ -9,6 +13,11 @@ import sqlite3
 from daemon.document.page import Crop
 from daemon.document.record import PageRecord, decode_blocks, encode_blocks
 from daemon.jobs.db import Database
+
+# page_times keeps at least this long (the status page's 24 hours, and a margin) ...
+PAGE_TIMES_KEPT_SECONDS = 2 * 86400.0
+# ... and at least this many of the newest rows (seconds per page over the last pages).
+PAGE_TIMES_KEPT_ROWS = 1000
 
 
 def delete_pages(c: sqlite3.Connection, job_id: int) -> None:
@@ -28,6 +37,11 @@ class PageRecords(Database):
                 (job_id, page_idx, encode_blocks(page.blocks), json.dumps(dict(page.info)),
                  page.engine, page.seconds, now,
                  json.dumps(dict(model_output)) if model_output is not None else None),
+            )
+            c.execute(
+                "INSERT OR REPLACE INTO page_times(job_id, page_idx, done_at, seconds)"
+                " VALUES(?, ?, ?, ?)",
+                (job_id, page_idx, now, page.seconds),
             )
             c.execute("DELETE FROM page_crops WHERE job_id = ? AND page_idx = ?",
                       (job_id, page_idx))
@@ -83,7 +97,7 @@ class PageRecords(Database):
 
     def page_seconds(self, limit: int = 200) -> list[float]:
         rows = self.conn.execute(
-            "SELECT seconds FROM pages ORDER BY done_at DESC LIMIT ?", (limit,)
+            "SELECT seconds FROM page_times ORDER BY done_at DESC LIMIT ?", (limit,)
         ).fetchall()
         return [float(r[0]) for r in rows]
 
@@ -93,11 +107,22 @@ class PageRecords(Database):
         since = now - hours * 3600
         out = [0] * hours
         rows = self.conn.execute(
-            "SELECT CAST((done_at - ?) / 3600 AS INTEGER), COUNT(*) FROM pages "
+            "SELECT CAST((done_at - ?) / 3600 AS INTEGER), COUNT(*) FROM page_times "
             "WHERE done_at > ? AND done_at <= ? GROUP BY 1",
             (since, since, now),
         ).fetchall()
         for bucket, n in rows:
             out[min(max(int(bucket), 0), hours - 1)] += int(n)
         return out
+
+    def prune_page_times(self, now: float) -> int:
+        """Forget page times older than PAGE_TIMES_KEPT_SECONDS beyond the newest
+        PAGE_TIMES_KEPT_ROWS; return how many."""
+        with self.tx() as c:
+            return int(c.execute(
+                "DELETE FROM page_times WHERE done_at < ? AND done_at < (SELECT "
+                "COALESCE(MIN(done_at), 0) FROM (SELECT done_at FROM page_times "
+                "ORDER BY done_at DESC LIMIT ?))",
+                (now - PAGE_TIMES_KEPT_SECONDS, PAGE_TIMES_KEPT_ROWS),
+            ).rowcount)
 

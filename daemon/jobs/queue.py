@@ -331,10 +331,16 @@ class JobRecords(Database):
         self, job_id: int, now: float, output_dir: str, seconds: float,
         *, event: NewEvent | None = None,
     ) -> Job:
-        """A published document is done, with its event."""
+        """A published document is done, with its event. Its pages and crops leave the
+        database in the same transaction: the outbox folder is their copy now (and a
+        `reprocess` starts from page 0). What stays is what dedup, `status`, `list`,
+        `retry`, `reprocess` and the status page read: the job row with its counts,
+        outcome and error, the document's hash, the page times."""
         with self.tx() as c:
-            return self._settle(c, job_id, now, JobState.DONE, "documents_done_total", event,
-                                output_dir=output_dir, seconds=seconds)
+            job = self._settle(c, job_id, now, JobState.DONE, "documents_done_total", event,
+                               output_dir=output_dir, seconds=seconds)
+            delete_pages(c, job_id)
+            return job
 
     def fail_job(
         self, job_id: int, now: float, kind: str, error: str, *, event: NewEvent | None = None

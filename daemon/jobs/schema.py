@@ -6,7 +6,7 @@ reads, checked after migrating.
 
 from __future__ import annotations
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Migrations: index i upgrades user_version i -> i+1, one statement at a time (a string
 # split on ";" would break on the first trigger or literal holding one). Append only; never
@@ -149,6 +149,49 @@ MIGRATIONS: list[tuple[str, ...]] = [
         CREATE INDEX deliveries_state ON deliveries(state, receiver, event_seq)
         """,
     ),
+    # 5 -> 6: bounded state (issue 31). A published document's pages and crops leave the
+    # database (the outbox folder is their copy); the status page's throughput figures
+    # read page_times instead, which keeps a page's time only for a while. Pages of
+    # documents done before are dropped here; the file is compacted once after this
+    # migration (auto_vacuum, `Database._compact_once`). A receiver that answered 410
+    # Gone stays disabled across restarts (receivers).
+    (
+        """
+        CREATE TABLE page_times (
+            job_id INTEGER NOT NULL,
+            page_idx INTEGER NOT NULL,
+            done_at REAL NOT NULL,
+            seconds REAL NOT NULL,
+            PRIMARY KEY (job_id, page_idx)
+        )
+        """,
+        """
+        INSERT INTO page_times(job_id, page_idx, done_at, seconds)
+        SELECT job_id, page_idx, done_at, seconds FROM pages
+        """,
+        """
+        CREATE INDEX page_times_done_at ON page_times(done_at)
+        """,
+        """
+        DELETE FROM page_crops WHERE job_id IN (SELECT id FROM jobs WHERE state = 'done')
+        """,
+        """
+        DELETE FROM pages WHERE job_id IN (SELECT id FROM jobs WHERE state = 'done')
+        """,
+        """
+        CREATE TABLE receivers (
+            name TEXT PRIMARY KEY,
+            identity TEXT NOT NULL,
+            disabled TEXT NOT NULL,
+            since REAL NOT NULL
+        )
+        """,
+        # Finished deliveries by age, for pruning them after hooks.retention_days.
+        """
+        CREATE INDEX deliveries_finished ON deliveries(finished_at)
+        WHERE state IN ('delivered', 'dead')
+        """,
+    ),
 ]
 
 # What the code needs, checked after migrating: a database file from elsewhere (another
@@ -171,5 +214,7 @@ EXPECTED_COLUMNS: dict[str, frozenset[str]] = {
     "events": frozenset({"seq", "id", "type", "job_id", "created_at", "body"}),
     "deliveries": frozenset({"event_seq", "receiver", "state", "attempts", "next_at",
                              "since", "last_error", "finished_at"}),
+    "page_times": frozenset({"job_id", "page_idx", "done_at", "seconds"}),
+    "receivers": frozenset({"name", "identity", "disabled", "since"}),
 }
 

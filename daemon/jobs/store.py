@@ -11,7 +11,8 @@ all SQL of the daemon stays in this package:
 - daemon.jobs.schema: the migrations;
 - daemon.jobs.queue: documents, sources, jobs and their outcomes;
 - daemon.jobs.pages: finished pages and their crops;
-- daemon.jobs.deliveries: events and their deliveries.
+- daemon.jobs.deliveries: events and their deliveries;
+- daemon.jobs.upkeep (over a Store): what keeps the file bounded in idle ticks.
 """
 
 from __future__ import annotations
