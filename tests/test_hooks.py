@@ -291,14 +291,20 @@ def test_a_failing_receiver_is_retried_after_backoff_and_later_events_wait_in_or
     store.close()
 
 
-def test_retry_after_is_honoured_and_410_gone_disables_the_receiver(
-    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
-) -> None:
+def two_waiting(tmp_path: Path, receiver: Receiver) -> tuple[Config, Clock, HookedStore]:
+    """A webhook to `receiver` with two events waiting for it: a.pdf's and b.pdf's."""
     cfg = webhook_config(tmp_path, receiver.url)
     clock = Clock()
     store = open_store(cfg, HookService(cfg, wall=clock))
     finish(store, cfg, "a.pdf", clock())
     finish(store, cfg, "b.pdf", clock())
+    return cfg, clock, store
+
+
+def test_retry_after_is_honoured_and_410_gone_disables_the_receiver(
+    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg, clock, store = two_waiting(tmp_path, receiver)
     lane = lane_for(cfg, store, clock, rand=0.0)
     receiver.mode, receiver.retry_after = "429", "60"
     assert lane.step(clock()) == 60
@@ -320,11 +326,7 @@ def test_retry_after_is_honoured_and_410_gone_disables_the_receiver(
 def test_a_410_disabled_receiver_stays_disabled_after_a_restart_until_hooks_retry(
     tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cfg = webhook_config(tmp_path, receiver.url)
-    clock = Clock()
-    store = open_store(cfg, HookService(cfg, wall=clock))
-    finish(store, cfg, "a.pdf", clock())
-    finish(store, cfg, "b.pdf", clock())
+    cfg, clock, store = two_waiting(tmp_path, receiver)
     receiver.mode = "410"
     lane_for(cfg, store, clock).step(clock())
     store.close()
@@ -602,15 +604,20 @@ def test_the_systemd_drop_in_lets_webhooks_on_other_machines_through(tmp_path: P
     assert "hooks.commands run inside this unit" in dropin
 
 
+def command_hook(tmp_path: Path) -> tuple[Config, HookService, HookedStore]:
+    """One command hook that takes every event, and the store its events go to."""
+    cfg = config(tmp_path, {"commands": [{"command": ["/bin/true"], "name": "x"}]})
+    service = HookService(cfg)
+    return cfg, service, open_store(cfg, service)
+
+
 def test_the_outcome_transaction_reads_no_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The event is built before the transaction that records it (the publisher knows the
     files it wrote; a duplicate's original folder is listed first): recording the outcome
     holds the database's write lock without a look at a folder, which may be on a share."""
-    cfg = config(tmp_path, {"commands": [{"command": ["/bin/true"], "name": "x"}]})
-    service = HookService(cfg)
-    store = open_store(cfg, service)
+    cfg, service, store = command_hook(tmp_path)
     now = time.time()
     r = arrive(store, cfg, "scan.pdf", "b" * 64, now)
     assert r is not None
@@ -654,9 +661,7 @@ def test_the_outcome_transaction_reads_no_folder(
 def test_a_duplicate_event_built_for_another_arrival_is_refused(tmp_path: Path) -> None:
     """Between building a duplicate's event and recording it another job came in (another
     process): the arrival is refused as busy, nothing is recorded, and it is tried again."""
-    cfg = config(tmp_path, {"commands": [{"command": ["/bin/true"], "name": "x"}]})
-    service = HookService(cfg)
-    store = open_store(cfg, service)
+    cfg, service, store = command_hook(tmp_path)
     now = time.time()
     first = arrive(store, cfg, "a.pdf", "c" * 64, now)
     assert first is not None

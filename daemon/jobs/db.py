@@ -54,6 +54,18 @@ class StoreFull(StoreBusy):
     """The state disk is full (SQLITE_FULL): writes resume when space is freed."""
 
 
+@contextlib.contextmanager
+def _as_store_errors() -> Iterator[None]:
+    """A lock held too long or a full disk raised as StoreBusy/StoreFull; the rest as is."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        err = _unavailable(exc)
+        if err is None:
+            raise
+        raise err from exc
+
+
 def _unavailable(exc: sqlite3.OperationalError) -> StoreBusy | None:
     """The StoreBusy that `exc` means, or None when it is some other error."""
     if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
@@ -124,24 +136,14 @@ class Database:
     @contextlib.contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, write lock taken up front."""
-        try:
+        with _as_store_errors():
             self.conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            err = _unavailable(exc)
-            if err is None:
-                raise
-            raise err from exc
         try:
-            yield self.conn
-            # A full disk shows here as often as in the statements: WAL pages are
-            # written at commit.
-            self.conn.execute("COMMIT")
-        except sqlite3.OperationalError as exc:
-            self._rollback()
-            err = _unavailable(exc)
-            if err is None:
-                raise
-            raise err from exc
+            with _as_store_errors():
+                yield self.conn
+                # A full disk shows here as often as in the statements: WAL pages are
+                # written at commit.
+                self.conn.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
@@ -210,13 +212,8 @@ class Database:
     def _outside_tx(self, sql: str) -> None:
         """A statement that runs as its own transaction (VACUUM, incremental_vacuum),
         run to its end (a PRAGMA that returns rows would stop after the first step)."""
-        try:
+        with _as_store_errors():
             self.conn.executescript(sql)
-        except sqlite3.OperationalError as exc:
-            err = _unavailable(exc)
-            if err is None:
-                raise
-            raise err from exc
 
     def vacuum(self) -> None:
         """Rebuild the file without its free pages (`docinbox vacuum`). It holds the
@@ -242,15 +239,13 @@ class Database:
         main loop."""
         self.conn.execute(f"PRAGMA busy_timeout={CHECKPOINT_WAIT_MS}")
         try:
-            busy, frames, moved = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            truncated = not busy
-            if busy:
-                _, frames, moved = self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        except sqlite3.OperationalError as exc:
-            err = _unavailable(exc)
-            if err is None:
-                raise
-            raise err from exc
+            with _as_store_errors():
+                busy, frames, moved = self.conn.execute(
+                    "PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                truncated = not busy
+                if busy:
+                    _, frames, moved = self.conn.execute(
+                        "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         finally:
             self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         return Checkpoint(truncated=truncated, frames=frames, moved=moved)
