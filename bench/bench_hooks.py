@@ -69,9 +69,8 @@ def run(root: Path, docs: int, hooks: dict[str, Any] | None) -> dict[str, Any]:
     assert not check_paths(cfg, create=True)
     store = Store(cfg.db_path)
     service = HookService(cfg)
-    store.event_source = service.event_for
     service.start(store)
-    publisher = Publisher(cfg, store, time.time)
+    publisher = Publisher(cfg, store, time.time, service)
     inbox = cfg.inboxes[0].path
     times: list[float] = []
     start = time.perf_counter()
@@ -91,8 +90,9 @@ def run(root: Path, docs: int, hooks: dict[str, Any] | None) -> dict[str, Any]:
                           info={"page_size_pt": [612, 792]})
         store.save_page(job.id, page, time.time())
         job = store.job(job.id) or job
-        out = publisher.complete(job, EngineInfo(name="lite"))
-        store.finish_job(job.id, time.time(), out, time.perf_counter() - t0)
+        seconds = time.perf_counter() - t0
+        done = publisher.complete(job, EngineInfo(name="lite"), seconds)
+        store.finish_job(job.id, time.time(), done.folder, seconds, event=done.event)
         service.wake_if_new()
         times.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - start

@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from daemon.config.settings import check_paths, load_config
 from daemon.document.page import Json
+from daemon.document.record import PageRecord
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import JobState
-from daemon.jobs.store import Store
+from daemon.jobs.store import Job, NewEvent, Store
 from daemon.output.publish import Publisher
 from daemon.service.app import TICK_SECONDS
 from daemon.work.supervisor import Supervisor
@@ -57,6 +58,20 @@ def _seconds(value: Json) -> float:
     return float(value) if isinstance(value, int | float) else 0.0
 
 
+class _KeepPages(Store):
+    """The store, keeping a document's pages as they were when it was done: a published
+    document's pages leave the database, and the figures below are read from them."""
+
+    kept: tuple[PageRecord, ...] = ()
+
+    def finish_job(
+        self, job_id: int, now: float, output_dir: str, seconds: float,
+        *, event: NewEvent | None = None,
+    ) -> Job:
+        self.kept = tuple(self.pages(job_id))
+        return super().finish_job(job_id, now, output_dir, seconds, event=event)
+
+
 def run_once(pdf: Path, engine: str, dpi: int, lookahead: int, wake: bool) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="docinbox-bench-pipeline-") as tmp:
         root = Path(tmp)
@@ -73,7 +88,7 @@ def run_once(pdf: Path, engine: str, dpi: int, lookahead: int, wake: bool) -> di
         assert check_paths(cfg) == []
         src = root / "inbox" / pdf.name
         src.write_bytes(pdf.read_bytes())
-        store = Store(cfg.db_path)
+        store = _KeepPages(cfg.db_path)
         result = Ingestor(cfg, store, time.time).ingest(cfg.inboxes[0], src)
         assert result is not None
         sup = Supervisor(cfg, store, Publisher(cfg, store, time.time), wall=time.time)
@@ -97,7 +112,7 @@ def run_once(pdf: Path, engine: str, dpi: int, lookahead: int, wake: bool) -> di
                     time.sleep(TICK_SECONDS)
             wall = time.monotonic() - (started or time.monotonic())
             assert job.state == JobState.DONE, job.error
-            pages = store.pages(job_id)
+            pages = list(store.kept)
         finally:
             sup.request_stop(time.monotonic())
             while not sup.stopped:

@@ -340,3 +340,62 @@ def test_parse_writes_crops_cut_by_the_worker(tmp_path: Path, layout: str) -> No
             assert crop.format == "JPEG" and crop.size == (425, 440)
         assert f"![]({figure['img_path']})" in (folder / "memo.md").read_text()
     assert (out / "memo" / "memo.meta.json").exists()
+
+
+def test_the_log_file_follows_logrotate_without_copytruncate(tmp_path: Path) -> None:
+    """logrotate renames docinbox.log away; the next record starts a new docinbox.log."""
+    import dataclasses
+    import logging
+
+    from daemon.cli.main import setup_logging
+    from daemon.config.settings import Config, LoggingConfig
+
+    logfile = tmp_path / "logs" / "docinbox.log"
+    cfg = Config(inboxes=(), outbox=tmp_path / "out", archive=tmp_path / "archive",
+                 failed=tmp_path / "failed", duplicates=tmp_path / "dup",
+                 state_dir=tmp_path / "state")
+    cfg = dataclasses.replace(cfg, logging=LoggingConfig(file=logfile))
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        setup_logging(cfg)
+        logging.getLogger("docinbox.test").info("before the rotation")
+        rotated = logfile.with_name("docinbox.log.1")
+        logfile.rename(rotated)
+        logging.getLogger("docinbox.test").info("after the rotation")
+        assert "before the rotation" in rotated.read_text()
+        assert "after the rotation" not in rotated.read_text()
+        assert "after the rotation" in logfile.read_text()
+    finally:
+        for h in root.handlers:
+            h.close()
+        root.handlers[:], level = saved
+        root.setLevel(level)
+
+
+def test_vacuum_compacts_the_state_database_and_hooks_retry_enables_a_gone_receiver(
+    tmp_path: Path,
+) -> None:
+    from daemon.config.settings import load_config
+    from daemon.jobs.store import Store
+
+    cfgfile = write_config(tmp_path)
+    (tmp_path / "inbox").mkdir(exist_ok=True)
+    out = cli("vacuum", "--config", str(cfgfile))
+    assert out.returncode == 3 and "no database yet" in out.stderr
+    store = Store(load_config(cfgfile).db_path)
+    store.conn.execute("CREATE TABLE filler(x BLOB)")
+    store.conn.executemany("INSERT INTO filler VALUES(?)", [(b"x" * 4000,)] * 500)
+    store.conn.execute("DROP TABLE filler")  # 2 MB of free pages
+    store.disable_receiver("rx", "id", "HTTP 410", 1.0)
+    store.close()
+    out = cli("vacuum", "--config", str(cfgfile))
+    assert out.returncode == 0, out.stderr
+    before, after = (int(n.replace(",", "")) for n in
+                     out.stdout.split(": ", 1)[1].replace(" bytes", "").split(" -> "))
+    assert after < before - 1_000_000
+    out = cli("hooks", "retry", "--dead", "--config", str(cfgfile))
+    assert "hook rx: enabled again" in out.stdout
+    store = Store(load_config(cfgfile).db_path)
+    assert store.receiver_disabled("rx", "id") is None
+    store.close()

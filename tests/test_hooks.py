@@ -27,7 +27,7 @@ from daemon.cli.main import systemd_paths_dropin
 from daemon.cli.status_view import render_status
 from daemon.common.errors import hint_for
 from daemon.config.settings import Config, ConfigError, load_config, redacted_dict
-from daemon.jobs.store import Job, Outcome, Store
+from daemon.jobs.store import IngestResult, Job, Outcome, StaleEvent, Store
 from daemon.service.health import assess
 from daemon.service.hooks import (
     CommandSender,
@@ -80,28 +80,56 @@ def webhook_config(tmp_path: Path, url: str, **extra: Any) -> Config:
                              "retry_backoff_max_seconds": 80, "max_age_seconds": 1000})
 
 
-def finish(store: Store, cfg: Config, name: str, now: float, *, fail: bool = False) -> Job:
+class HookedStore(Store):
+    """The store, and the hooks that build the events the publisher and the ingestor
+    hand it with each outcome."""
+
+    def __init__(self, path: Path, service: HookService) -> None:
+        super().__init__(path)
+        self.service = service
+
+
+def arrive(store: HookedStore, cfg: Config, name: str, sha: str, now: float,
+           mtime_ns: int = 1) -> IngestResult | None:
+    """An arrival as the ingestor records it: a duplicate's event built first."""
+    where = {"path": str(cfg.inboxes[0].path / name), "inbox": str(cfg.inboxes[0].path),
+             "subdir": ""}
+    dup = store.arrival_outcome(**where, sha256=sha, now=now)
+    event = store.service.event_for(dup) if dup is not None else None
+    return store.record_arrival(**where, size=10, mtime_ns=mtime_ns, sha256=sha, now=now,
+                                event=event)
+
+
+def record_done(store: HookedStore, job_id: int, now: float, out: Path, seconds: float) -> Job:
+    """The outcome the supervisor records after publishing (files listed from `out`)."""
+    before = store.job(job_id)
+    assert before is not None
+    event = store.service.event_for(Outcome.done(before, now, str(out), seconds))
+    return store.finish_job(job_id, now, str(out), seconds, event=event)
+
+
+def finish(store: HookedStore, cfg: Config, name: str, now: float, *,
+           fail: bool = False) -> Job:
     """One document through the store: arrival, start, done (with a real output folder)
     or failed."""
-    src = cfg.inboxes[0].path / name
     sha = hashlib.sha256(name.encode()).hexdigest()
-    r = store.record_arrival(path=str(src), inbox=str(cfg.inboxes[0].path), subdir="",
-                             size=10, mtime_ns=1, sha256=sha, now=now)
+    r = arrive(store, cfg, name, sha, now)
     assert r is not None
-    store.start_job(r.job.id, now, "lite")
+    job = store.start_job(r.job.id, now, "lite")
     if fail:
-        return store.fail_job(r.job.id, now, "encrypted", "no configured password opens it")
+        kind, why = "encrypted", "no configured password opens it"
+        event = store.service.event_for(Outcome.failed(job, now, kind, why))
+        return store.fail_job(r.job.id, now, kind, why, event=event)
     out = cfg.outbox / Path(name).stem
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / f"{out.name}.md").write_text("# hello")
     (out / f"{out.name}_content_list.json").write_text("[]")
     (out / "images" / "page_0_image_1.jpg").write_bytes(b"jpeg")
-    return store.finish_job(r.job.id, now, str(out), 1.5)
+    return record_done(store, r.job.id, now, out, 1.5)
 
 
-def open_store(cfg: Config, service: HookService) -> Store:
-    store = Store(cfg.db_path)
-    store.event_source = service.event_for
+def open_store(cfg: Config, service: HookService) -> HookedStore:
+    store = HookedStore(cfg.db_path, service)
     service.subscriptions = {s.name: s.events for s in service.make_senders(cfg)}
     return store
 
@@ -147,20 +175,21 @@ def test_the_event_is_written_in_the_outcome_transaction_or_not_at_all(tmp_path:
     service = HookService(cfg)
     store = open_store(cfg, service)
     now = time.time()
-
-    def broken(outcome: Outcome) -> None:
-        raise RuntimeError("event body could not be built")
-
-    store.event_source = broken
-    with pytest.raises(RuntimeError):
-        finish(store, cfg, "a.pdf", now)
+    r = arrive(store, cfg, "a.pdf", "a" * 64, now)
+    assert r is not None
+    job = store.start_job(r.job.id, now, "lite")
+    out = str(cfg.outbox / "a")
+    event = service.event_for(Outcome.done(job, now, out, 1.0))
+    assert event is not None
+    # An event that cannot be recorded (built for another job) takes its outcome with it.
+    with pytest.raises(ValueError, match="not of job"):
+        store.finish_job(job.id, now, out, 1.0, event=dataclasses.replace(event, job_id=99))
     job = store.jobs()[0]
     assert job.state.value == "running"  # the outcome rolled back with its event
     assert store.deliveries(("pending", "delivered", "dead")) == []
 
-    store.event_source = service.event_for
-    done = store.finish_job(job.id, now, str(cfg.outbox / "a"), 1.0)
-    assert done.state.value == "done"
+    finished = store.finish_job(job.id, now, out, 1.0, event=event)
+    assert finished.state.value == "done"
     rows = store.deliveries(("pending",))
     assert [(d.receiver, d.type, d.job_id) for d in rows] == [("all", "document.done", job.id)]
     failed = finish(store, cfg, "b.pdf", now, fail=True)
@@ -177,13 +206,11 @@ def test_done_reprocessed_failed_and_duplicate_bodies(tmp_path: Path) -> None:
     now = time.time()
     job = finish(store, cfg, "scan.pdf", now)
     # the same content again: a duplicate pointing at the first
-    dup = store.record_arrival(path=str(cfg.inboxes[0].path / "again.pdf"),
-                               inbox=str(cfg.inboxes[0].path), subdir="", size=10, mtime_ns=2,
-                               sha256=job.sha256, now=now)
+    dup = arrive(store, cfg, "again.pdf", job.sha256, now, mtime_ns=2)
     assert dup is not None and dup.duplicate
     store.reprocess(job.id, now)
     store.start_job(job.id, now, "lite")
-    store.finish_job(job.id, now, str(cfg.outbox / "scan"), 2.0)
+    record_done(store, job.id, now, cfg.outbox / "scan", 2.0)
     failed = finish(store, cfg, "bad.pdf", now, fail=True)
 
     bodies = [json.loads(d.body) for d in store.deliveries(("pending",))]
@@ -264,14 +291,20 @@ def test_a_failing_receiver_is_retried_after_backoff_and_later_events_wait_in_or
     store.close()
 
 
-def test_retry_after_is_honoured_and_410_gone_disables_the_receiver(
-    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
-) -> None:
+def two_waiting(tmp_path: Path, receiver: Receiver) -> tuple[Config, Clock, HookedStore]:
+    """A webhook to `receiver` with two events waiting for it: a.pdf's and b.pdf's."""
     cfg = webhook_config(tmp_path, receiver.url)
     clock = Clock()
     store = open_store(cfg, HookService(cfg, wall=clock))
     finish(store, cfg, "a.pdf", clock())
     finish(store, cfg, "b.pdf", clock())
+    return cfg, clock, store
+
+
+def test_retry_after_is_honoured_and_410_gone_disables_the_receiver(
+    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg, clock, store = two_waiting(tmp_path, receiver)
     lane = lane_for(cfg, store, clock, rand=0.0)
     receiver.mode, receiver.retry_after = "429", "60"
     assert lane.step(clock()) == 60
@@ -287,6 +320,43 @@ def test_retry_after_is_honoured_and_410_gone_disables_the_receiver(
     pending = store.deliveries(("pending",))
     assert [json.loads(d.body)["data"]["source"]["name"] for d in dead] == ["a.pdf"]
     assert [json.loads(d.body)["data"]["source"]["name"] for d in pending] == ["b.pdf"]
+    store.close()
+
+
+def test_a_410_disabled_receiver_stays_disabled_after_a_restart_until_hooks_retry(
+    tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg, clock, store = two_waiting(tmp_path, receiver)
+    receiver.mode = "410"
+    lane_for(cfg, store, clock).step(clock())
+    store.close()
+    receiver.mode = "ok"  # it would take events again, but it said it does not want them
+    store = open_store(cfg, HookService(cfg, wall=clock))  # a restart
+    lane = lane_for(cfg, store, clock)
+    with caplog.at_level(logging.WARNING, logger="docinbox.hooks"):
+        lane.step(clock.tick(10))
+    assert lane.disabled is not None and "410" in lane.disabled
+    assert any("stays disabled" in r.getMessage() for r in caplog.records)
+    assert len(receiver.received()) == 1  # only the 410 before the restart
+    # the same configuration again (a reload, another lane): still disabled
+    assert lane_for(cfg, store, clock).step(clock.tick(10)) > 0
+    assert len(receiver.received()) == 1
+    # `docinbox hooks retry` enables it: the lane sees it at its next look
+    assert store.enable_receivers() == ["rx"]
+    assert lane.step(clock.tick(60)) == 0
+    assert lane.disabled is None
+    assert [json.loads(r.body)["data"]["source"]["name"] for r in receiver.received()] == [
+        "a.pdf", "b.pdf"]
+    # a change of the receiver's configuration enables it too
+    receiver.mode = "410"
+    finish(store, cfg, "c.pdf", clock())
+    lane.step(clock.tick(1))
+    assert lane.disabled is not None
+    changed = webhook_config(tmp_path, receiver.url, timeout_seconds=5)
+    receiver.mode = "ok"
+    finish(store, cfg, "d.pdf", clock())
+    assert lane_for(changed, store, clock).step(clock.tick(1)) == 0
+    assert json.loads(receiver.received()[-1].body)["data"]["source"]["name"] == "d.pdf"
     store.close()
 
 
@@ -532,3 +602,80 @@ def test_the_systemd_drop_in_lets_webhooks_on_other_machines_through(tmp_path: P
     assert "127.0.0.1" not in dropin  # loopback is allowed by the unit already
     assert "hooks.webhooks[2] (n8n): systemd allows addresses, not names" in dropin
     assert "hooks.commands run inside this unit" in dropin
+
+
+def command_hook(tmp_path: Path) -> tuple[Config, HookService, HookedStore]:
+    """One command hook that takes every event, and the store its events go to."""
+    cfg = config(tmp_path, {"commands": [{"command": ["/bin/true"], "name": "x"}]})
+    service = HookService(cfg)
+    return cfg, service, open_store(cfg, service)
+
+
+def test_the_outcome_transaction_reads_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event is built before the transaction that records it (the publisher knows the
+    files it wrote; a duplicate's original folder is listed first): recording the outcome
+    holds the database's write lock without a look at a folder, which may be on a share."""
+    cfg, service, store = command_hook(tmp_path)
+    now = time.time()
+    r = arrive(store, cfg, "scan.pdf", "b" * 64, now)
+    assert r is not None
+    job = store.start_job(r.job.id, now, "lite")
+    out = cfg.outbox / "scan"
+    written = ["scan.md", "images/page_0_image_1.jpg", "scan_content_list.json", "a/z.json"]
+    for name in written:
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+        (out / name).write_text("x")
+    outcome = Outcome.done(job, now, str(out), 1.0)
+    told = service.event_for(outcome, files=written)
+    listed = service.event_for(outcome)
+    assert told is not None and listed is not None
+    # the files the publisher names come in the order a listing of the folder gives
+    assert json.loads(told.body)["data"]["output"] == json.loads(listed.body)["data"]["output"]
+
+    def no_listing(*args: object, **kwargs: object) -> Iterator[Any]:
+        raise AssertionError("a folder was listed while the outcome was recorded")
+
+    monkeypatch.setattr(os, "walk", no_listing)
+    monkeypatch.setattr(os.path, "lexists", no_listing)
+    store.finish_job(job.id, now, str(out), 1.0, event=told)
+    monkeypatch.undo()
+    dup = store.arrival_outcome(path=str(cfg.inboxes[0].path / "again.pdf"),
+                                inbox=str(cfg.inboxes[0].path), subdir="", sha256="b" * 64,
+                                now=now)
+    assert dup is not None and dup.original is not None and dup.original.id == job.id
+    dup_event = service.event_for(dup)
+    assert dup_event is not None
+    monkeypatch.setattr(os, "walk", no_listing)
+    res = store.record_arrival(path=dup.job.source_path, inbox=dup.job.inbox, subdir="",
+                               size=10, mtime_ns=3, sha256="b" * 64, now=now, event=dup_event)
+    monkeypatch.undo()
+    assert res is not None and res.duplicate and res.job == dup.job  # as it was foretold
+    bodies = [json.loads(d.body) for d in store.deliveries(("pending",))]
+    assert [(b["type"], b["data"]["job_id"]) for b in bodies] == [
+        ("document.done", job.id), ("document.duplicate", res.job.id)]
+    store.close()
+
+
+def test_a_duplicate_event_built_for_another_arrival_is_refused(tmp_path: Path) -> None:
+    """Between building a duplicate's event and recording it another job came in (another
+    process): the arrival is refused as busy, nothing is recorded, and it is tried again."""
+    cfg, service, store = command_hook(tmp_path)
+    now = time.time()
+    first = arrive(store, cfg, "a.pdf", "c" * 64, now)
+    assert first is not None
+    where = {"path": str(cfg.inboxes[0].path / "a2.pdf"), "inbox": str(cfg.inboxes[0].path),
+             "subdir": ""}
+    dup = store.arrival_outcome(**where, sha256="c" * 64, now=now)
+    assert dup is not None
+    event = service.event_for(dup)
+    arrive(store, cfg, "other.pdf", "d" * 64, now)  # takes the id the event was built for
+    with pytest.raises(StaleEvent):
+        store.record_arrival(**where, size=10, mtime_ns=1, sha256="c" * 64, now=now,
+                             event=event)
+    assert len(store.jobs()) == 2 and store.deliveries(("pending",)) == []
+    again = arrive(store, cfg, "a2.pdf", "c" * 64, now)  # built again: recorded
+    assert again is not None and again.duplicate
+    assert [d.job_id for d in store.deliveries(("pending",))] == [again.job.id]
+    store.close()

@@ -104,7 +104,13 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.work.worker": (50, "worker"),
     # Daemon side along the data path: the record, then watcher -> ingest -> supervisor
     # -> output. A stage never imports the one that feeds it; app wires them together.
+    "daemon.jobs.schema": (60, "daemon"),
+    "daemon.jobs.db": (60, "daemon"),
+    "daemon.jobs.deliveries": (60, "daemon"),
+    "daemon.jobs.pages": (60, "daemon"),
+    "daemon.jobs.queue": (60, "daemon"),
     "daemon.jobs.store": (60, "daemon"),
+    "daemon.jobs.upkeep": (60, "daemon"),
     "daemon.intake.ignore": (70, "daemon"),
     "daemon.intake.mounts": (70, "daemon"),
     "daemon.intake.presence": (70, "daemon"),

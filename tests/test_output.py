@@ -334,7 +334,7 @@ def publish_stored(root: Path, store: Store) -> dict[str, bytes]:
     job = store.job(1)
     assert job is not None
     engine = EngineInfo("mineru", "opendatalab/MinerU2.5-2509-1.2B", details={"runtime": "http"})
-    folder = Path(publish.Publisher(cfg, store, lambda: 1.7e9).complete(job, engine))
+    folder = Path(publish.Publisher(cfg, store, lambda: 1.7e9).complete(job, engine, 1.0).folder)
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 

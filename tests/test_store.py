@@ -19,8 +19,17 @@ from daemon.document.record import (
     decode_blocks,
     encode_blocks,
 )
+from daemon.jobs.pages import PAGE_TIMES_KEPT_ROWS, PAGE_TIMES_KEPT_SECONDS
 from daemon.jobs.states import TRANSITIONS, IllegalTransition, JobState, check_transition
-from daemon.jobs.store import SCHEMA_VERSION, IngestResult, SchemaError, Store
+from daemon.jobs.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    IngestResult,
+    NewEvent,
+    SchemaError,
+    Store,
+)
+from daemon.jobs.upkeep import CHECKPOINT_EVERY, Upkeep
 from tests.conftest import present
 
 
@@ -152,11 +161,13 @@ def test_job_lifecycle_pages_and_resume(store: Store) -> None:
     assert store.done_pages(jid) == {0, 1}
     store.start_job(jid, 201, "lite")
     store.save_page(jid, PageRecord(2, (), "lite", 1.0), 202)
-    done = store.finish_job(jid, 203, "/out/a", 5.0)
-    assert done.state == JobState.DONE and done.output_dir == "/out/a"
-    pages = store.pages(jid)
+    pages = store.pages(jid)  # what the publisher reads
     assert [p.page_idx for p in pages] == [0, 1, 2]
     assert pages[0] == first and pages[0].size_pt == (612.0, 792.0)  # the same record back
+    done = store.finish_job(jid, 203, "/out/a", 5.0)
+    assert done.state == JobState.DONE and done.output_dir == "/out/a"
+    # published: the outbox folder is the copy now, the pages leave the database
+    assert store.pages(jid) == [] and store.crops(jid) == {} and done.pages_done == 3
     with pytest.raises(IllegalTransition):
         store.start_job(jid, 204, "lite")
     # reprocess clears pages and starts over
@@ -264,3 +275,199 @@ def test_stored_blocks_carry_their_version_and_an_unknown_one_is_refused() -> No
     for unknown in ('{"version": 99, "blocks": []}', '"text"', '{"version": 1, "blocks": 3}'):
         with pytest.raises(StoredBlocksError):
             decode_blocks(unknown)
+
+
+# -- bounded state (issue 31) ---------------------------------------------------------------
+
+
+def rows(store: Store, table: str) -> int:
+    return int(store.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+
+
+def new_event(job_id: int, now: float, receivers: tuple[str, ...] = ("r",)) -> NewEvent:
+    return NewEvent(f"msg_{job_id}_{now}", "document.done", job_id, now, "{}", receivers)
+
+
+def convert(store: Store, name: str, sha: str, now: float, pages: int = 3) -> int:
+    """A document with `pages` pages of blocks and a figure crop each, converted."""
+    jid = present(arrive(store, f"/in/{name}", sha, now=now)).job.id
+    store.start_job(jid, now, "lite")
+    store.set_page_count(jid, pages)
+    for i in range(pages):
+        crop = Crop(name=f"page_{i}_image_1.jpg", jpeg=b"\xff\xd8" + b"j" * 20_000,
+                    size=(400, 300))
+        blocks = tuple(Block("text", (0.1, 0.1, 0.9, 0.2), text="words " * 200)
+                       for _ in range(5))
+        store.save_page(jid, PageRecord(i, blocks, "lite", 1.5, crops=(crop,)), now + i)
+    return jid
+
+
+def test_a_published_document_leaves_its_pages_and_crops_but_what_commands_read(
+    store: Store,
+) -> None:
+    """Pages and crops leave with the outcome; the job row keeps what dedup, `status`,
+    `list`, `retry`, `reprocess` and the status page read. Per finished document the
+    database keeps one job, document and source row, its page times and its event."""
+    done_ids = []
+    for n in range(20):
+        jid = convert(store, f"d{n}.pdf", f"{n:064x}", 1000.0 + n)
+        store.finish_job(jid, 1100.0 + n, f"/out/d{n}", 4.5, event=new_event(jid, 1100.0 + n))
+        done_ids.append(jid)
+    failed = convert(store, "bad.pdf", "f" * 64, 2000.0)
+    store.fail_job(failed, 2001.0, "timeout", "too slow")
+    assert rows(store, "pages") == 3 and rows(store, "page_crops") == 3  # the failed one's
+    assert store.done_pages(failed) == {0, 1, 2}  # `retry` resumes at its first missing page
+    # per finished document: a job, a document, a source, its event and delivery, and
+    # three page times (plus the failed document's row of each but the event)
+    kept = {t: rows(store, t) for t in
+            ("jobs", "documents", "sources", "events", "deliveries", "page_times")}
+    assert kept == {"jobs": 21, "documents": 21, "sources": 21, "events": 20,
+                    "deliveries": 20, "page_times": 63}
+    job = present(store.job(done_ids[0]))
+    assert job.state == JobState.DONE and job.page_count == 3 and job.pages_done == 3
+    assert job.output_dir == "/out/d0" and job.seconds == 4.5
+    assert store.pages(job.id) == [] and store.crops(job.id) == {}
+    # dedup still knows the content; the status page still has its throughput figures
+    dup = present(arrive(store, "/in/again.pdf", f"{0:064x}", now=3000.0))
+    assert dup.duplicate and dup.original is not None and dup.original.id == job.id
+    assert store.page_seconds(limit=100) == [1.5] * 63
+    assert sum(store.pages_per_hour(2000.0 + 3600)) == 63
+    # reprocess starts from page 0, as after any publish
+    store.reprocess(job.id, 3001.0)
+    again = present(store.job(job.id))
+    assert again.state == JobState.QUEUED and again.pages_done == 0
+    assert store.done_pages(job.id) == set()
+
+
+def test_retention_prunes_finished_deliveries_and_old_page_times_with_a_ticked_clock(
+    store: Store,
+) -> None:
+    day = 86400.0
+    t0 = 1_700_000_000.0
+    ids = [convert(store, f"d{n}.pdf", f"{n:064x}", t0, pages=1) for n in range(3)]
+    for jid in ids:
+        store.finish_job(jid, t0, f"/out/{jid}", 1.0, event=new_event(jid, t0, ("r", "s")))
+    delivered, dead, waiting = store.deliveries(("pending",))[:3]
+    assert delivered.event_id == dead.event_id != waiting.event_id  # one event, both receivers
+    store.delivery_succeeded(delivered, t0 + 60)
+    store.delivery_failed(dead, t0 + 60, "HTTP 500", None)
+    upkeep = Upkeep(store, retention_seconds=30 * day)
+    assert upkeep.tick(t0 + 29 * day, idle=True) is not None
+    assert rows(store, "deliveries") == 6 and rows(store, "events") == 3
+    upkeep.tick(t0 + 29 * day + 60, idle=True)  # not due again yet
+    assert upkeep.tick(t0 + 31 * day, idle=False) is not None  # converting: a checkpoint only
+    assert rows(store, "deliveries") == 6
+    done = upkeep.tick(t0 + 31 * day + 60, idle=True)
+    assert done is not None and done.deliveries_pruned == 2
+    # the pending ones stay, whatever their age; an event goes with its last delivery
+    left = store.deliveries(("pending", "delivered", "dead"))
+    assert len(left) == 4 and {d.state for d in left} == {"pending"}
+    assert delivered.event_id not in {d.event_id for d in left}
+    assert rows(store, "deliveries") == 4 and rows(store, "events") == 2
+    assert rows(store, "page_times") == 3  # fewer than the newest rows kept: all stay
+    assert store.counters()["hook_deliveries_total"] == 1  # the counters keep the history
+
+
+def test_page_times_are_kept_for_a_while_then_forgotten(store: Store) -> None:
+    t0 = 1_700_000_000.0
+    jid = convert(store, "a.pdf", "a" * 64, t0, pages=2)
+    store.finish_job(jid, t0, "/out/a", 1.0)
+    assert store.prune_page_times(t0 + PAGE_TIMES_KEPT_SECONDS - 10) == 0
+    # old enough, but among the newest rows: the "seconds per page" figure still has them
+    assert store.prune_page_times(t0 + PAGE_TIMES_KEPT_SECONDS + 10) == 0
+    store.conn.executemany(
+        "INSERT INTO page_times(job_id, page_idx, done_at, seconds) VALUES(?, ?, ?, ?)",
+        [(1000 + i, 0, t0 + 10 + i, 2.0) for i in range(PAGE_TIMES_KEPT_ROWS)])
+    assert store.prune_page_times(t0 + PAGE_TIMES_KEPT_SECONDS + 100_000) == 2
+    assert rows(store, "page_times") == PAGE_TIMES_KEPT_ROWS
+
+
+def test_a_receiver_disabled_by_410_stays_disabled_across_a_reopen(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    s = Store(db)
+    s.disable_receiver("n8n", "id-1", "HTTP 410: gone", 100.0)
+    s.close()
+    s = Store(db)  # a restart
+    assert s.receiver_disabled("n8n", "id-1") == "HTTP 410: gone"
+    assert s.receiver_disabled("other", "id-9") is None
+    # `docinbox hooks retry` enables it again
+    assert s.enable_receivers() == ["n8n"]
+    assert s.receiver_disabled("n8n", "id-1") is None
+    # so does a change of its configuration
+    s.disable_receiver("n8n", "id-1", "HTTP 410", 200.0)
+    assert s.receiver_disabled("n8n", "id-2") is None
+    assert s.receiver_disabled("n8n", "id-1") is None  # the mark is gone, not hidden
+    s.close()
+
+
+def _schema_5(path: Path) -> None:
+    """A database as docinbox wrote it before bounded state: schema 5, no auto_vacuum,
+    a done document's pages and crops kept, and a queued one halfway."""
+    old = sqlite3.connect(str(path), isolation_level=None)
+    old.execute("PRAGMA journal_mode=WAL")
+    for statement in (s for step in MIGRATIONS[:5] for s in step):
+        old.execute(statement)
+    old.execute("PRAGMA user_version=5")
+    blob = b"\xff\xd8" + b"j" * 50_000
+    for jid, state in ((1, "done"), (2, "queued")):
+        old.execute("INSERT INTO documents(id, sha256, size, first_seen) VALUES(?, ?, 10, 1)",
+                    (jid, f"{jid:064x}"))
+        old.execute("INSERT INTO jobs(id, document_id, source_path, inbox, state, created_at,"
+                    " output_dir, pages_done) VALUES(?, ?, ?, '/in', ?, 1, ?, 40)",
+                    (jid, jid, f"/in/{jid}.pdf", state, "/out/1" if state == "done" else None))
+        for i in range(40):
+            old.execute("INSERT INTO pages(job_id, page_idx, blocks, info, engine, seconds,"
+                        " done_at) VALUES(?, ?, '[]', '{}', 'lite', 2.0, ?)", (jid, i, 10 + i))
+            old.execute("INSERT INTO page_crops VALUES(?, ?, 'page.jpg', ?, 4, 3)",
+                        (jid, i, blob))
+    old.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    old.close()
+
+
+def test_an_old_database_is_migrated_its_published_pages_dropped_and_compacted(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "state.sqlite3"
+    _schema_5(db)
+    before = db.stat().st_size
+    s = Store(db)
+    assert s.schema_version() == SCHEMA_VERSION == 6
+    assert s.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental from now on
+    assert s.done_pages(1) == set() and rows(s, "page_crops") == 40  # the queued one's stay
+    assert s.done_pages(2) == set(range(40))  # it resumes where it was
+    assert rows(s, "page_times") == 80 and sum(s.pages_per_hour(60, hours=1)) == 80
+    assert present(s.job(1)).pages_done == 40  # the counts stay
+    s.close()
+    assert db.stat().st_size < before * 0.6  # compacted once, at the migration
+    s = Store(db)  # and not again: it is incremental now
+    assert s.conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    s.close()
+
+
+def test_free_pages_go_back_and_the_wal_is_truncated_in_idle_ticks(tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    s = Store(db)
+    t0 = 1_700_000_000.0
+    for n in range(4):
+        jid = convert(s, f"d{n}.pdf", f"{n:064x}", t0, pages=10)
+        s.finish_job(jid, t0, f"/out/{n}", 1.0)  # its pages and crops are freed pages now
+    assert s.free_pages() > 40
+    upkeep = Upkeep(s, retention_seconds=30 * 86400.0)
+    # a reader (the status page) holds the WAL: the checkpoint neither waits nor truncates
+    reader = Store(db, readonly=True)
+    reader.conn.execute("BEGIN")
+    reader.conn.execute("SELECT COUNT(*) FROM jobs").fetchone()
+    done = upkeep.tick(t0, idle=False)
+    assert done is not None and done.checkpoint is not None and not done.checkpoint.truncated
+    reader.conn.execute("COMMIT")
+    reader.close()
+    ticks = 0
+    while upkeep.vacuuming or ticks == 0:
+        upkeep.tick(t0 + ticks, idle=True)
+        ticks += 1
+    assert s.free_pages() == 0
+    done = upkeep.tick(t0 + CHECKPOINT_EVERY + ticks, idle=True)
+    assert done is not None and done.checkpoint is not None and done.checkpoint.truncated
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists() or wal.stat().st_size == 0
+    s.close()

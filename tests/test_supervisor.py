@@ -26,7 +26,7 @@ from daemon.config.settings import Config, load_config
 from daemon.document.page import EngineInfo
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
-from daemon.jobs.store import Job, Store, StoreBusy
+from daemon.jobs.store import Job, Published, Store, StoreBusy
 from daemon.output.publish import Publisher
 from daemon.work.protocol import Inspect, ParsePage, Progress, Request
 from daemon.work.supervisor import Supervisor, exit_reason
@@ -88,10 +88,10 @@ class FlakyPublisher(Publisher):
 
     fail_with: BaseException | None = None
 
-    def complete(self, job: Job, engine: EngineInfo | None) -> str:
+    def complete(self, job: Job, engine: EngineInfo | None, seconds: float) -> Published:
         if self.fail_with is not None:
             raise self.fail_with
-        return super().complete(job, engine)
+        return super().complete(job, engine, seconds)
 
 
 class Bench:
@@ -584,7 +584,7 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
     clock = Clock()
     d = Daemon(cfg, wall=clock)
 
-    def broken(self: Publisher, job: Any, engine: Any) -> str:  # a bug in our own code
+    def broken(self: Publisher, job: Any, engine: Any, seconds: float) -> Published:  # our bug
         raise RuntimeError("boom")
 
     monkeypatch.setattr(Publisher, "complete", broken)

@@ -13,6 +13,7 @@ import datetime as dt
 import ipaddress
 import json
 import logging
+import logging.handlers
 import os
 import sys
 import time
@@ -40,7 +41,7 @@ from daemon.config.settings import (
 )
 from daemon.config.values import is_loopback
 from daemon.jobs.states import JobState
-from daemon.jobs.store import Job, Store
+from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.service.status import collect
 
 log = logging.getLogger("docinbox")
@@ -54,7 +55,9 @@ def setup_logging(cfg: Config | None, verbose: bool = False) -> None:
         # The log names every file (and reasons for failures): the service user's only,
         # whatever the umask. Created here with 0600; an existing file keeps its mode.
         os.close(os.open(cfg.logging.file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
-        handlers = [logging.FileHandler(cfg.logging.file, encoding="utf-8")]
+        # Watched: a file renamed away by logrotate is followed by a new one at the next
+        # record, so no `copytruncate` is needed (docs/systemd.md).
+        handlers = [logging.handlers.WatchedFileHandler(cfg.logging.file, encoding="utf-8")]
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if cfg is not None and cfg.logging.json:
         fmt = (
@@ -284,6 +287,8 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     if action == "retry":
         store = Store(cfg.db_path)
         try:
+            for name in store.enable_receivers():  # 410 Gone: the user says try again
+                print(f"hook {name}: enabled again (it had answered 410 Gone)")
             if args.dead:
                 n = store.requeue_deliveries(time.time())
                 if not n:
@@ -325,6 +330,28 @@ def cmd_hooks(args: argparse.Namespace) -> int:
         if d.last_error:
             line += f"  last error: {d.last_error}"
         print(line)
+    return ExitCode.OK
+
+
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    """`docinbox vacuum`: prune what hooks.retention_days allows, rebuild the file small."""
+    cfg = load_or_exit(args.config, check=False)
+    _open_store(cfg).close()  # says so when there is no database yet
+    sizes = [cfg.db_path, cfg.db_path.with_name(cfg.db_path.name + "-wal")]
+    before = sum(p.stat().st_size for p in sizes if p.exists())
+    store = Store(cfg.db_path)
+    try:
+        now = time.time()
+        store.prune_deliveries(now - cfg.hooks.retention_days * 86400.0)
+        store.prune_page_times(now)
+        store.vacuum()
+    except StoreBusy as exc:
+        print(f"docinbox: the database cannot be compacted now: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    after = sum(p.stat().st_size for p in sizes if p.exists())
+    print(f"{cfg.db_path}: {before:,} bytes -> {after:,} bytes")
     return ExitCode.OK
 
 
@@ -499,7 +526,7 @@ def _add_daemon_commands(
 def _add_job_commands(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
 ) -> None:
-    """status, list, retry, reprocess: what the record says, and queueing jobs again."""
+    """status, list, retry, reprocess, vacuum: what the record says, and queueing jobs again."""
     s = sub.add_parser("status", parents=[common], help="what the daemon is doing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
@@ -521,6 +548,9 @@ def _add_job_commands(
     g.add_argument("id", nargs="?", type=int)
     g.add_argument("--all", action="store_true", help="every done job")
     s.set_defaults(fn=cmd_reprocess)
+
+    s = sub.add_parser("vacuum", parents=[common], help="compact the state database")
+    s.set_defaults(fn=cmd_vacuum)
 
 
 def _add_config_command(

@@ -19,6 +19,7 @@ from daemon.config.values import (
     Ctx,
     echo,
     p_bool,
+    p_int,
     p_path,
     p_seconds,
     p_text,
@@ -240,4 +241,10 @@ class HooksConfig:
         parse=p_seconds(),
         at_least=("retry_backoff_seconds", "the cap cannot be below the first wait"),
         doc="longest wait between attempts (a `Retry-After` may ask for longer)",
+    )
+    retention_days: int = setting(
+        default=30,
+        parse=p_int(1, 36500),
+        doc="delivered and given-up events are deleted from the state database this many "
+        "days after they finished",
     )

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
 from daemon.config.settings import Config, InboxConfig
-from daemon.jobs.store import IngestResult, Store
+from daemon.jobs.store import EventMaker, IngestResult, NoEvents, Outcome, Store
 from daemon.output import originals
 
 log = logging.getLogger("docinbox.ingest")
@@ -60,10 +60,12 @@ class Ingestor:
         store: Store,
         wall: Callable[[], float],
         retry_later: Callable[[Path], None] = lambda path: None,
+        events: EventMaker | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
         self.wall = wall
+        self.events = events or NoEvents()
         # The watcher reports a file once per change; a file we could not read now must be
         # handed back to it (Watcher.forget) or it would never be offered again.
         self.retry_later = retry_later
@@ -96,15 +98,7 @@ class Ingestor:
             return None
         if not utf8:
             return self._reject_name(inbox, path, st, digest)
-        result = self.store.record_arrival(
-            path=str(path),
-            inbox=str(inbox.path),
-            subdir=subdir_for(inbox, path),
-            size=st.st_size,
-            mtime_ns=st.st_mtime_ns,
-            sha256=digest,
-            now=self.wall(),
-        )
+        result = self._record(inbox, str(path), subdir_for(inbox, path), st, digest)
         if result is None:
             return None
         if result.duplicate:
@@ -129,10 +123,7 @@ class Ingestor:
         under an escaped name, instead of being retried on every rescan.
         """
         shown = safe_display(path)
-        result = self.store.record_arrival(
-            path=shown, inbox=str(inbox.path), subdir=subdir_for(inbox, path),
-            size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, now=self.wall(),
-        )
+        result = self._record(inbox, shown, subdir_for(inbox, path), st, digest)
         reason = ("the file name is not valid UTF-8, so it cannot be tracked; rename it "
                   "(e.g. convmv -f latin1 -t utf8) and drop it again")
         try:
@@ -144,10 +135,24 @@ class Ingestor:
         except OSError as exc:
             log.error("could not move %s to failed/: %s", shown, exc)
         if result is not None and not result.duplicate:
-            self.store.fail_job(result.job.id, self.wall(), FailureKind.UNSUPPORTED.value,
-                                reason)
+            kind, now = FailureKind.UNSUPPORTED.value, self.wall()
+            event = self.events.event_for(Outcome.failed(result.job, now, kind, reason))
+            self.store.fail_job(result.job.id, now, kind, reason, event=event)
         log.warning("%s: %s", shown, reason)
         return result
+
+    def _record(
+        self, inbox: InboxConfig, path: str, subdir: str, st: os.stat_result, digest: str
+    ) -> IngestResult | None:
+        """Record the arrival; a duplicate's event (which lists its original's folder) is
+        built first, outside the transaction."""
+        now = self.wall()
+        where = {"path": path, "inbox": str(inbox.path), "subdir": subdir}
+        dup = self.store.arrival_outcome(**where, sha256=digest, now=now)
+        return self.store.record_arrival(
+            **where, size=st.st_size, mtime_ns=st.st_mtime_ns, sha256=digest, now=now,
+            event=self.events.event_for(dup) if dup is not None else None,
+        )
 
     def _dispose_duplicate(self, path: Path, result: IngestResult) -> None:
         orig = result.original

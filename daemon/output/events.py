@@ -3,9 +3,11 @@
 One event per outcome: `document.done`, `document.reprocessed` (done again after
 `docinbox reprocess`), `document.failed`, `document.duplicate`. The body is the same for
 webhooks (the signed POST body) and command hooks (stdin, with the common fields also as
-`DOCINBOX_*` environment variables), and it is built inside the transaction that records
-the outcome (see `Store.event_source`), so it is written once and sent byte for byte as
-written, however often a delivery is retried.
+`DOCINBOX_*` environment variables). It is built just BEFORE the transaction that records
+the outcome, from the files the publisher wrote (a duplicate's: its original's folder,
+listed here), and handed to that transaction to be recorded with the outcome; so it is
+written once and sent byte for byte as written, however often a delivery is retried, and
+the transaction holding the database's write lock never waits on a share.
 
 The shape follows the Standard Webhooks payload (`type`, `timestamp`, `data`), plus the
 event's `id` (also the `webhook-id` header): a receiver deduplicates by it, because
@@ -21,7 +23,7 @@ import datetime as dt
 import json
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -129,7 +131,28 @@ def _original_now(job: Job) -> str | None:
     return job.source_path if os.path.lexists(job.source_path) else None
 
 
-def output_info(outbox: Path, folder: str | None) -> OutputInfo | None:
+def _walk_order(inner: str) -> tuple[tuple[str, ...], str]:
+    # os.walk's order below: a folder's files (sorted) before its subfolders (sorted).
+    p = PurePosixPath(inner)
+    return p.parent.parts, p.name
+
+
+def _listed(root: Path) -> list[str]:
+    """The folder's files, relative to it, read from the disk."""
+    inner: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        inner.extend(Path(dirpath, n).relative_to(root).as_posix() for n in sorted(filenames))
+        if len(inner) >= MAX_FILES_LISTED:
+            break
+    return inner
+
+
+def output_info(
+    outbox: Path, folder: str | None, written: Sequence[str] | None = None
+) -> OutputInfo | None:
+    """The output folder as an event tells of it: `written` are its files (relative to
+    it) when the caller knows them; else the folder is listed."""
     if not folder:
         return None
     root = Path(folder)
@@ -137,15 +160,8 @@ def output_info(outbox: Path, folder: str | None) -> OutputInfo | None:
         rel = PurePosixPath(root.relative_to(outbox).as_posix())
     except ValueError:
         rel = PurePosixPath(root.name)
-    files: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for name in sorted(filenames):
-            inner = Path(dirpath, name).relative_to(root).as_posix()
-            files.append(str(rel / inner))
-        if len(files) >= MAX_FILES_LISTED:
-            break
-    files = files[:MAX_FILES_LISTED]
+    inner = sorted(written, key=_walk_order) if written is not None else _listed(root)
+    files = [str(rel / f) for f in inner[:MAX_FILES_LISTED]]
 
     def pick(suffix: str) -> str | None:
         # The folder may be `<stem>-<sha prefix>/`; its files are named after the stem.
@@ -160,13 +176,18 @@ def output_info(outbox: Path, folder: str | None) -> OutputInfo | None:
     )
 
 
-def build_event(cfg: Config, outcome: Outcome, *, now: float, event_id: str) -> DocumentEvent:
-    """The event telling of `outcome` (reads the output folder's file list)."""
+def build_event(
+    cfg: Config, outcome: Outcome, *, now: float, event_id: str,
+    files: Sequence[str] | None = None,
+) -> DocumentEvent:
+    """The event telling of `outcome`; `files` are those of its output folder when known
+    (else the folder is listed: a duplicate's original)."""
     job = outcome.job
     failed = outcome.event == "document.failed"
     folder = job.output_dir if not failed else None
     if outcome.event == "document.duplicate" and outcome.original is not None:
         folder = outcome.original.output_dir
+        files = None  # the original's folder, not this job's
     return DocumentEvent(
         id=event_id,
         type=outcome.event,
@@ -180,7 +201,7 @@ def build_event(cfg: Config, outcome: Outcome, *, now: float, event_id: str) -> 
             size=job.size,
             original=None if outcome.event == "document.duplicate" else _original_now(job),
         ),
-        output=output_info(cfg.outbox, folder),
+        output=output_info(cfg.outbox, folder, files),
         pages=job.page_count,
         pages_done=job.pages_done,
         engine=job.engine,

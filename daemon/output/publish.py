@@ -6,7 +6,9 @@ document), then the original archived, deleted or kept (`originals`). A failed d
 original goes to failed/ with its error record.
 
 Order matters for crash safety: the outbox folder is written (atomically) BEFORE the
-original is archived or deleted, and the job is marked done only after both. A kill at
+original is archived or deleted, and the job is marked done only after both. The
+outcome's event is built here, from the files just written, before the transaction that
+marks the job done: that transaction reads no folder. A kill at
 any point leaves the job `running`; on restart it is requeued, all its pages are already
 stored, and completion runs again: the same-sha256 outbox folder is replaced, the original
 (if still there) archived. Never lost, never half-written, never marked done without output.
@@ -28,7 +30,7 @@ from daemon.common.errors import FailureKind
 from daemon.config.settings import Config
 from daemon.document.page import Block, EngineInfo, Json
 from daemon.document.record import PageRecord
-from daemon.jobs.store import Job, Store
+from daemon.jobs.store import EventMaker, Job, NewEvent, NoEvents, Outcome, Published, Store
 from daemon.output import originals, outbox
 from daemon.output.durable import json_bytes
 from daemon.output.formats.content_list import content_list, content_list_v2
@@ -166,6 +168,15 @@ def write_document(
     Raises ValueError for a bad `subdir`/`sha256` or a meta of another document, OSError
     for disk problems.
     """
+    name, files = render_document(stem, sha256, doc, layout=layout, extra_json=extra_json)
+    return outbox.write_folder(outbox_root, subdir, name, sha256, files)
+
+
+def render_document(
+    stem: str, sha256: str, doc: DocumentFiles, *, layout: str = "default",
+    extra_json: bool = True,
+) -> tuple[str, dict[str, bytes]]:
+    """The folder's sanitised name and its files, rendered in memory (`write_document`)."""
     sha = sha256.lower()
     full_meta = dict(doc.meta)
     if "sha256" in full_meta and str(full_meta["sha256"]).lower() != sha:
@@ -177,7 +188,7 @@ def write_document(
     files = document_files(
         name, dataclasses.replace(doc, meta=full_meta), layout=layout, extra_json=extra_json
     )
-    return outbox.write_folder(outbox_root, subdir, name, sha256, files)
+    return name, files
 
 
 def page_data(page: PageRecord) -> PageData:
@@ -191,10 +202,14 @@ def page_data(page: PageRecord) -> PageData:
 
 
 class Publisher:
-    def __init__(self, cfg: Config, store: Store, wall: Callable[[], float]) -> None:
+    def __init__(
+        self, cfg: Config, store: Store, wall: Callable[[], float],
+        events: EventMaker | None = None,
+    ) -> None:
         self.cfg = cfg
         self.store = store
         self.wall = wall
+        self.events = events or NoEvents()
 
     def meta_for(
         self, job: Job, pages: Sequence[PageRecord], engine: EngineInfo | None
@@ -215,9 +230,10 @@ class Publisher:
                 paths.append(j.source_path)
         return paths
 
-    def complete(self, job: Job, engine: EngineInfo | None) -> str:
+    def complete(self, job: Job, engine: EngineInfo | None, seconds: float) -> Published:
         """Publish a job whose pages are all stored; `engine` is the one the worker
-        loaded. Returns the outbox folder; raises OSError when it cannot be written."""
+        loaded, `seconds` its converting time. Returns the outbox folder and the event
+        that tells of it; raises OSError when the folder cannot be written."""
         stored = self.store.pages(job.id)
         doc = DocumentFiles(
             pages=[page_data(p) for p in stored],
@@ -228,17 +244,21 @@ class Publisher:
             file_suffix=Path(job.source_path).suffix.lstrip(".").lower(),
             engine=engine.name if engine is not None else None,
         )
-        folder = write_document(
-            self.cfg.outbox,
-            job.subdir,
-            Path(job.source_path).stem,
-            job.sha256,
-            doc,
-            layout=self.cfg.output.layout,
+        name, files = render_document(
+            Path(job.source_path).stem, job.sha256, doc, layout=self.cfg.output.layout,
             extra_json=self.cfg.output.extra_json,
         )
+        folder = str(outbox.write_folder(self.cfg.outbox, job.subdir, name, job.sha256, files))
         self._dispose_original(job)
-        return str(folder)
+        # As it stands now (the original archived): what the event tells.
+        now = self.store.job(job.id) or job
+        outcome = Outcome.done(now, self.wall(), folder, seconds)
+        return Published(
+            folder=folder,
+            event=self.events.event_for(outcome, files=sorted(files)),
+            pages=len(stored),
+            page_seconds=sum(p.seconds for p in stored),
+        )
 
     def _dispose_original(self, job: Job) -> None:
         src = Path(job.read_path)
@@ -262,7 +282,17 @@ class Publisher:
             return  # keep: the (path, size, mtime) memo stops it from being taken again
         self.store.forget_source(job.source_path)
 
-    def failed(self, job: Job, kind: str, message: str) -> None:
+    def failed(self, job: Job, kind: str, message: str) -> NewEvent | None:
+        """The original to failed/ with its error file; returns the failure's event. A
+        disk problem is logged: the record of the failure is kept all the same."""
+        try:
+            self._hold_failed(job, kind, message)
+        except OSError as exc:
+            log.error("job %s: could not move the original to failed/: %s", job.id, exc)
+        outcome = Outcome.failed(self.store.job(job.id) or job, self.wall(), kind, message)
+        return self.events.event_for(outcome)
+
+    def _hold_failed(self, job: Job, kind: str, message: str) -> None:
         src = Path(job.read_path)
         error = {
             "job_id": job.id,

@@ -36,6 +36,7 @@ from daemon.intake.ingest import Ingestor, IngestRetries
 from daemon.intake.presence import FolderPresence, mount_points, probe_folder
 from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
+from daemon.jobs.upkeep import Upkeep
 from daemon.output import outbox
 from daemon.output.publish import Publisher
 from daemon.service.hooks import HookService
@@ -120,6 +121,7 @@ class Daemon:
         self.publisher: Publisher | None = None
         self.http: HttpServer | None = None
         self.hooks: HookService | None = None
+        self.upkeep: Upkeep | None = None
         # In-process facts for the HTTP thread. A frozen value rebound once per tick, so
         # the HTTP thread always reads a complete one without a lock.
         self.live: Live | None = None
@@ -151,18 +153,20 @@ class Daemon:
                 len(recovered),
                 ", ".join(map(str, recovered)),
             )
-        # Hooks: every outcome recorded from now on carries its event (same transaction);
+        # Hooks: every outcome recorded from now on carries its event (built by the publisher
+        # and the ingestor just before, recorded in the same transaction);
         # what an earlier run left pending is delivered by the lanes started here.
         self.hooks = HookService(self.cfg, wall=self.wall)
-        self.store.event_source = self.hooks.event_for
         self.hooks.start(self.store)
+        self.upkeep = Upkeep(self.store, self.cfg.hooks.retention_days * 86400.0)
         removed = outbox.cleanup_orphans(self.cfg.outbox)
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
-        self.publisher = Publisher(self.cfg, self.store, self.wall)
+        self.publisher = Publisher(self.cfg, self.store, self.wall, self.hooks)
         self.watcher = Watcher.from_config(self.cfg, wall=self.wall)
         self._watch_folders(now)
-        self.ingestor = Ingestor(self.cfg, self.store, self.wall, self.watcher.forget)
+        self.ingestor = Ingestor(self.cfg, self.store, self.wall, self.watcher.forget,
+                                 self.hooks)
         self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
         self.watcher.start()
         self.started_wall = self.wall()
@@ -252,7 +256,21 @@ class Daemon:
                                          "are recorded")
         if self.hooks is not None:
             self.hooks.wake_if_new()
+        self._upkeep(now)
         self._report(now)
+
+    def _upkeep(self, now: float) -> None:
+        """The state database kept small: pruned, vacuumed and checkpointed (jobs.upkeep)."""
+        assert self.supervisor
+        if self.upkeep is None:
+            return
+        try:
+            self.upkeep.tick(self.wall(), idle=self.supervisor.current is None)
+        except (StoreBusy, sqlite3.OperationalError) as exc:
+            self.db_busy.problem(now, f"database busy ({exc}); will retry")
+        except Exception:
+            # Housekeeping must never take the daemon down; it is tried again when due.
+            log.exception("internal error while keeping the state database small")
 
     def _watch_folders(self, now: float) -> None:
         """(Re)build the output folders' presence from the config (start, reload)."""
@@ -437,6 +455,8 @@ class Daemon:
         self.supervisor.update_config(new)
         if self.hooks is not None and self.store is not None:
             self.hooks.reload(new, self.store)
+        if self.upkeep is not None:
+            self.upkeep.retention_seconds = new.hooks.retention_days * 86400.0
         self.watcher.replace_inboxes(new.inboxes)
         self._watch_folders(now)
         self.retries.keep_inboxes(new.inboxes)

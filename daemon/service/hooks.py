@@ -1,9 +1,9 @@
 """Hooks: each recorded event delivered to its webhooks and commands, at least once, in order.
 
 The transactional outbox: the store writes an event (and one delivery row per receiver) in
-the same transaction that records the document's outcome (`Store.event_source` is
-`HookService.event_for`), so a crash between "done" and "delivered" loses nothing. This
-module works the rows off:
+the same transaction that records the document's outcome (the event is built just before
+by `HookService.event_for`, called by the publisher and the ingestor), so a crash between
+"done" and "delivered" loses nothing. This module works the rows off:
 
 - One `Lane` per receiver, each in its own thread with its own database connection: a slow,
   hanging or unreachable receiver delays nobody, neither the main loop (watching,
@@ -15,7 +15,8 @@ module works the rows off:
   logged as an error and listed by `docinbox hooks` (`docinbox hooks retry --dead`).
 - While a receiver fails, one warning per minute (a `Reminder`), not one per attempt.
 - 410 Gone: the receiver said it does not want events any more. Its lane stops (the event
-  is dead, its later ones wait) until the configuration is reloaded or the daemon restarts.
+  is dead, its later ones wait), and stays stopped across restarts (the store keeps it),
+  until `docinbox hooks retry` or a change of that receiver's configuration.
 - On stop, an attempt in flight is abandoned and its event stays pending: it is delivered
   again after the next start, with the same id (receivers deduplicate by `webhook-id`).
 
@@ -91,6 +92,8 @@ class Sender(Protocol):
 
     name: str
     events: tuple[str, ...]
+    # What the receiver is, as configured (a digest): a change enables it again after 410.
+    identity: str
 
     def send(self, event_id: str, body: str) -> Attempt: ...
 
@@ -136,6 +139,11 @@ def backoff(
 # -- senders ------------------------------------------------------------------------------
 
 
+def identity_of(cfg: WebhookConfig | CommandHookConfig) -> str:
+    """A digest of a receiver's configuration (secrets stay out of the database)."""
+    return hashlib.sha256(repr(cfg).encode("utf-8")).hexdigest()[:16]
+
+
 def sign(secret: bytes, event_id: str, timestamp: int, body: bytes) -> str:
     """The Standard Webhooks signature of one attempt."""
     mac = hmac.new(secret, f"{event_id}.{timestamp}.".encode() + body, hashlib.sha256)
@@ -149,6 +157,7 @@ class WebhookSender:
         self.cfg = cfg
         self.name = cfg.receiver
         self.events = cfg.events
+        self.identity = identity_of(cfg)
         self.secret = secret
         self.wall = wall
         # One client per receiver: its connection is kept alive between events. No
@@ -214,6 +223,7 @@ class CommandSender:
         self.cfg = cfg
         self.name = cfg.receiver
         self.events = cfg.events
+        self.identity = identity_of(cfg)
         self.outbox = outbox
         self.child: SessionChild | None = None
         self._lock = threading.Lock()
@@ -323,8 +333,17 @@ class Lane:
         if self.store is None:
             self.store = self.open_store()
         store = self.store
+        # Read each time: `docinbox hooks retry` (another process) enables it again.
+        was = self.disabled
+        self.disabled = store.receiver_disabled(self.name, self.sender.identity)
         if self.disabled is not None:
+            if was is None:
+                log.warning("hook %s stays disabled: it answered %s; `docinbox hooks retry` "
+                            "or a change of its configuration enables it", self.name,
+                            self.disabled)
             return IDLE_SECONDS * 30
+        if was is not None:
+            log.info("hook %s: enabled again; its waiting events go out", self.name)
         d = store.next_delivery(self.name)
         if d is None:
             self.failing.resolved(now, f"hook {self.name}: delivering again")
@@ -341,10 +360,11 @@ class Lane:
             return 0.0
         if attempt.gone:
             store.delivery_failed(d, now, attempt.message, None)
+            store.disable_receiver(self.name, self.sender.identity, attempt.message, now)
             self.disabled = attempt.message
-            log.warning("hook %s answered %s: it is disabled until the configuration is "
-                        "reloaded or docinbox restarts; its events wait (`docinbox hooks`)",
-                        self.name, attempt.message)
+            log.warning("hook %s answered %s: it is disabled, also after a restart, until "
+                        "`docinbox hooks retry` or a change of its configuration; its events "
+                        "wait (`docinbox hooks`)", self.name, attempt.message)
             return IDLE_SECONDS * 30
         if now - d.since >= self.policy.max_age_seconds:
             # Given up only after one more try: an event that waited out a week-long stop
@@ -430,9 +450,11 @@ class HookService:
     def enabled(self) -> bool:
         return bool(self.cfg.hooks.webhooks or self.cfg.hooks.commands)
 
-    def event_for(self, outcome: Outcome) -> NewEvent | None:
-        """`Store.event_source`: the event of an outcome and who wants it (called inside
-        the store's transaction)."""
+    def event_for(
+        self, outcome: Outcome, files: Sequence[str] | None = None
+    ) -> NewEvent | None:
+        """The event of an outcome and who wants it (an `EventMaker`: called before the
+        store's transaction that records both; `files`: see `build_event`)."""
         receivers = tuple(n for n, ev in self.subscriptions.items() if outcome.event in ev)
         if not receivers:
             return None
@@ -440,17 +462,18 @@ class HookService:
         now = self.wall()
         event_id = new_event_id()
         try:
-            body = build_event(self.cfg, outcome, now=now, event_id=event_id).body()
+            body = build_event(self.cfg, outcome, now=now, event_id=event_id,
+                               files=files).body()
         except Exception:
-            # A bug here must neither fail the document (this runs inside the transaction
-            # recording its outcome) nor drop the event: it goes out with what is sure.
+            # A bug here must neither fail the document (its outcome is recorded next,
+            # with this event) nor drop the event: it goes out with what is sure.
             log.exception("hooks: the body of the %s event of job %s could not be built",
                           outcome.event, outcome.job.id)
             body = json.dumps({
                 "id": event_id, "type": outcome.event, "timestamp": iso(now),
                 "data": {"job_id": outcome.job.id, "incomplete": True},
             }, separators=(",", ":"))
-        return NewEvent(event_id, outcome.event, now, body, receivers)
+        return NewEvent(event_id, outcome.event, outcome.job.id, now, body, receivers)
 
     def start(self, store: Store) -> None:
         self._apply(self.cfg, store)

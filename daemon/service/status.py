@@ -153,7 +153,7 @@ class HookReceiver:
     dead: int
     oldest_pending_at: float | None
     last_error: str | None  # of the delivery being retried
-    disabled: str | None = None  # why it stopped sending (410 Gone), until reload/restart
+    disabled: str | None = None  # why it stopped sending (410 Gone): until `hooks retry`
     configured: bool = True
 
     def to_json(self) -> dict[str, object]:

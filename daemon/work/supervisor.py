@@ -46,7 +46,7 @@ from daemon.common.live import (
 from daemon.config.settings import Config, page_options_for, parse_page_range
 from daemon.document.page import EngineInfo, PageOptions
 from daemon.document.record import PageRecord
-from daemon.jobs.store import Job, Store, StoreBusy
+from daemon.jobs.store import Job, NewEvent, Published, Store, StoreBusy
 from daemon.work.engine_choice import EngineChoice
 from daemon.work.output_retry import output_wait
 from daemon.work.protocol import (
@@ -70,15 +70,17 @@ log = logging.getLogger("docinbox.supervisor")
 class Outcomes(Protocol):
     """What happens to a document once the worker is done with it (see daemon.output.publish)."""
 
-    def complete(self, job: Job, engine: EngineInfo | None) -> str:
-        """Write the outbox folder, dispose of the original; return the output folder.
+    def complete(self, job: Job, engine: EngineInfo | None, seconds: float) -> Published:
+        """Write the outbox folder, dispose of the original; return the output folder
+        and the event to record with the outcome.
 
         Raises OSError when the outbox cannot be written (the job waits and retries).
         """
         ...
 
-    def failed(self, job: Job, kind: str, message: str) -> None:
-        """Move the original to failed/ with its error file."""
+    def failed(self, job: Job, kind: str, message: str) -> NewEvent | None:
+        """Move the original to failed/ with its error file (a disk problem is logged);
+        return the event to record with the outcome."""
         ...
 
 
@@ -613,7 +615,7 @@ class Supervisor:
         assert cur is not None
         job = self.store.job(cur.job.id) or cur.job
         try:
-            out = self.outcomes.complete(job, self.engine_info)
+            done = self.outcomes.complete(job, self.engine_info, now - cur.started)
         except OSError as exc:
             # Disk full, outbox unwritable, NAS gone: not the document's fault.
             wait = output_wait(self.cfg, job.attempts, exc)
@@ -627,15 +629,15 @@ class Supervisor:
             )
             self.store.bump("output_errors_total")
         else:
-            self.store.finish_job(job.id, self.wall(), out, now - cur.started)
+            self.store.finish_job(job.id, self.wall(), done.folder, now - cur.started,
+                                  event=done.event)
             self.docs_this_worker += 1
             self.consecutive_failures = 0
-            pages = self.store.pages(job.id)
-            spp = sum(p.seconds for p in pages) / max(1, len(pages))
+            spp = done.page_seconds / max(1, done.pages)
             log.info(
                 "job %s: done: %d page(s), %.1f s/page, %.1f s in all -> %s "
                 "(worker peak RSS %d MiB, engine %s)",
-                job.id, len(pages), spp, now - cur.started, safe_display(out),
+                job.id, done.pages, spp, now - cur.started, safe_display(done.folder),
                 self.peak_rss >> 20,
                 self.engine_info.name if self.engine_info else None,
             )
@@ -651,12 +653,8 @@ class Supervisor:
 
     def _fail_job(self, job: Job, kind: str, message: str) -> None:
         log.warning("job %s: failed (%s): %s", job.id, kind, message)
-        try:
-            self.outcomes.failed(job, kind, message)
-        except OSError as exc:
-            # The record below still says failed and why; the original stays where it is.
-            log.error("job %s: could not move the original to failed/: %s", job.id, exc)
-        self.store.fail_job(job.id, self.wall(), kind, message)
+        event = self.outcomes.failed(job, kind, message)
+        self.store.fail_job(job.id, self.wall(), kind, message, event=event)
 
     def _interrupt_current(self, now: float, why: str) -> None:
         cur = self.current
