@@ -37,6 +37,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.cli": (0, "shared"),  # a package's docstring
     "daemon.service": (0, "shared"),  # a package's docstring
     "daemon.work": (0, "shared"),  # a package's docstring
+    "daemon.worker": (0, "shared"),  # a package's docstring
     "daemon.engines": (0, "shared"),  # a package's docstring
     "daemon.engines.mineru.runtimes": (0, "shared"),  # a package's docstring
     "daemon.engines.mineru": (0, "shared"),  # a package's docstring
@@ -90,7 +91,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.lite.engine": (40, "worker"),
     "daemon.engines.mineru.engine": (40, "worker"),
     "daemon.engines.registry": (40, "worker"),
-    "daemon.work.pipeline": (50, "worker"),
+    "daemon.worker.pipeline": (50, "worker"),
     "daemon.work.worker": (50, "worker"),
     # Daemon side along the data path: the record, then watcher -> ingest -> supervisor
     # -> output. A stage never imports the one that feeds it; app wires them together.

@@ -30,8 +30,8 @@ from daemon.engines.mineru.runtimes.transformers_generate import (
     estimate_prompt_tokens,
     plan_batches,
 )
-from daemon.work.pipeline import PagePipeline
 from daemon.work.protocol import ParsePage
+from daemon.worker.pipeline import PagePipeline
 from tests.tinymodel import make_random_reader, randomize_language_model, tiny_model_once
 
 

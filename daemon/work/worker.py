@@ -123,7 +123,7 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
     from daemon.document.page import pages_in_flight
     from daemon.engines.registry import create_engine
     from daemon.input import sniff
-    from daemon.work.pipeline import PagePipeline
+    from daemon.worker.pipeline import PagePipeline
 
     try:
         engine = create_engine(engine_name, cfg.engine)
