@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw
 
 from daemon.config.settings import Config, EngineConfig
 from daemon.document.page import PageInput, PageOptions, PageResult, no_progress
+from daemon.document.protocol import ParsePage
 from daemon.engines.mineru.engine import MinerUEngine, client_defaults, make_helper, run_page
 from daemon.engines.mineru.runtimes.base import Prediction
 from daemon.engines.mineru.runtimes.transformers_generate import (
@@ -30,7 +31,6 @@ from daemon.engines.mineru.runtimes.transformers_generate import (
     estimate_prompt_tokens,
     plan_batches,
 )
-from daemon.work.protocol import ParsePage
 from daemon.worker.pipeline import PagePipeline
 from tests.tinymodel import make_random_reader, randomize_language_model, tiny_model_once
 
@@ -285,7 +285,7 @@ def test_pages_batched_together_equal_pages_one_at_a_time(
     reader: MinerUEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from daemon.input.raster import render_page
-    from daemon.work.crops import finish_page
+    from daemon.worker.crops import finish_page
 
     pages = 7
     pdf, doc, cfg = document(tmp_path, pages)

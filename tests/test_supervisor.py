@@ -24,12 +24,12 @@ import pytest
 from daemon.common.live import CurrentDoc, Phase
 from daemon.config.settings import Config, load_config
 from daemon.document.page import EngineInfo
+from daemon.document.protocol import Inspect, ParsePage, Progress, Request
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Store, StoreBusy
 from daemon.output.publish import Publisher
-from daemon.work.protocol import Inspect, ParsePage, Progress, Request
-from daemon.work.supervisor import Supervisor, exit_reason
+from daemon.supervisor.supervisor import Supervisor, exit_reason
 from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf
 from tests.fakeworker import FakeContext, FakeWorker
@@ -332,7 +332,7 @@ def test_exit_reasons_are_plain_words() -> None:
 def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> None:
     import errno
 
-    from daemon.work.output_retry import folder_of
+    from daemon.supervisor.output_retry import folder_of
 
     cfg, _, _, _ = setup(tmp_path)
     inbox = cfg.inboxes[0].path
@@ -350,7 +350,7 @@ def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> Non
 def test_an_unwritable_output_waits_longer_each_time_up_to_the_cap(tmp_path: Path) -> None:
     import errno
 
-    from daemon.work.output_retry import output_wait
+    from daemon.supervisor.output_retry import output_wait
 
     cfg, _, _, _ = setup(tmp_path)
     w = cfg.worker

@@ -42,7 +42,7 @@ from daemon.service.hooks import HookService
 from daemon.service.httpserver import HttpServer, start_http_server
 from daemon.service.notify import Notifier
 from daemon.service.reminder import Reminder
-from daemon.work.supervisor import Supervisor
+from daemon.supervisor.supervisor import Supervisor
 
 log = logging.getLogger("docinbox")
 

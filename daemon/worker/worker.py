@@ -6,7 +6,7 @@ only ever imported here. It never touches the database or the outbox; it answers
 pipe and the supervisor records everything. If it dies (segfault, OOM kill, deadline kill)
 nothing is lost but the page in progress.
 
-The messages it exchanges with the supervisor are in daemon/work/protocol.py.
+The messages it exchanges with the supervisor are in daemon/document/protocol.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config.settings import Config
-from daemon.work.protocol import (
+from daemon.document.protocol import (
     DocError,
     Heartbeat,
     Inspect,

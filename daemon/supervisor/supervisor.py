@@ -45,11 +45,7 @@ from daemon.common.live import (
 )
 from daemon.config.settings import Config, page_options_for, parse_page_range
 from daemon.document.page import EngineInfo, PageOptions
-from daemon.document.record import PageRecord
-from daemon.jobs.store import Job, Store, StoreBusy
-from daemon.work.engine_choice import EngineChoice
-from daemon.work.output_retry import output_wait
-from daemon.work.protocol import (
+from daemon.document.protocol import (
     DocError,
     Heartbeat,
     Inspect,
@@ -63,6 +59,10 @@ from daemon.work.protocol import (
     Stop,
     Unavailable,
 )
+from daemon.document.record import PageRecord
+from daemon.jobs.store import Job, Store, StoreBusy
+from daemon.supervisor.engine_choice import EngineChoice
+from daemon.supervisor.output_retry import output_wait
 
 log = logging.getLogger("docinbox.supervisor")
 
@@ -322,7 +322,7 @@ class Supervisor:
     # -- worker lifecycle -------------------------------------------------------------
 
     def _spawn(self, now: float) -> None:
-        from daemon.work.worker import worker_main
+        from daemon.worker.worker import worker_main
 
         if self.crashed:
             self.restarts += 1
