@@ -13,7 +13,7 @@ entry points wire it all. Along the data path that reads
 Beside the layers, sides: the daemon process never imports a worker-side module (they hold
 pixels and models), and the worker never imports a daemon-side one (it never touches the
 store or the outbox); shared modules are light enough for both. The one crossing is the
-process boundary itself: the supervisor names the worker's entry point to spawn it, so
+process boundary itself: the worker's handle names its entry point to spawn it, so
 daemon/worker/worker.py imports only shared modules at module level. Every import counts, also
 those inside functions and under TYPE_CHECKING (see test_imports.py). A real daemon loop is
 checked for Pillow and torch in test_daemon_imports.py; this test says which module may not
@@ -107,6 +107,9 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.supervisor.reprobe": (90, "daemon"),
     "daemon.supervisor.engine_choice": (90, "daemon"),
     "daemon.supervisor.output_retry": (90, "daemon"),
+    "daemon.supervisor.states": (90, "daemon"),
+    "daemon.supervisor.worker_handle": (90, "daemon"),
+    "daemon.supervisor.document_run": (90, "daemon"),
     "daemon.supervisor.supervisor": (90, "daemon"),
     "daemon.output.formats": (100, "daemon"),
     "daemon.output.formats.text": (100, "daemon"),
@@ -139,7 +142,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
 }
 
 # The process boundary: the supervisor spawns the worker by naming its entry point.
-CROSSINGS = {("daemon.supervisor.supervisor", "daemon.worker.worker")}
+CROSSINGS = {("daemon.supervisor.worker_handle", "daemon.worker.worker")}
 
 # Packages that bring pixels, tensors or models with them.
 HEAVY = {
@@ -184,7 +187,7 @@ def test_the_rule_can_fail() -> None:
     # worker -> daemon side
     assert not may_import("daemon.engines.lite.engine", "daemon.jobs.store")
     # the process boundary
-    assert may_import("daemon.supervisor.supervisor", "daemon.worker.worker")
+    assert may_import("daemon.supervisor.worker_handle", "daemon.worker.worker")
     assert may_import("daemon.intake.ingest", "daemon.jobs.store")
 
 

@@ -407,9 +407,9 @@ def run_scan(root: Path, model: Path, page_batch: int, *, kill: bool) -> dict[st
     jid = found.job.id
     if kill:
         drive(sup, clock, lambda: present(store.job(jid)).pages_done >= 1, limit=300)
-        assert sup.proc is not None and sup.proc.pid is not None
+        assert sup.worker.proc is not None and sup.worker.proc.pid is not None
         assert present(store.job(jid)).pages_done == 1
-        os.kill(sup.proc.pid, signal.SIGKILL)  # pages it finished ahead die with it
+        os.kill(sup.worker.proc.pid, signal.SIGKILL)  # pages it finished ahead die with it
         drive(sup, clock, lambda: present(store.job(jid)).crashes == 1)
         clock.now += 10  # past the restart back-off
     drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE, limit=300)

@@ -285,7 +285,10 @@ class Daemon:
         ]
         # The document in progress may still finish its pages; its output then waits
         # (retried like a full disk), and no new document starts.
-        self.supervisor.hold = "; ".join(missing) if missing else None
+        if missing:
+            self.supervisor.hold_new_documents("; ".join(missing))
+        else:
+            self.supervisor.take_new_documents()
 
     def _ingest(self, now: float) -> None:
         assert self.watcher and self.ingestor
@@ -367,7 +370,8 @@ class Daemon:
             stopping=sup.stopping,
             worker=dataclasses.replace(
                 snap.worker,
-                last_heartbeat_age=(now - sup.last_heartbeat) if sup.proc is not None else None,
+                last_heartbeat_age=(now - sup.worker.last_heartbeat)
+                if sup.worker.proc is not None else None,
             ),
             current=snap.current,
             inboxes=tuple(
