@@ -1,5 +1,5 @@
 """Regenerate the README's generated tables: the configuration keys (from the declarations
-in daemon/config/settings.py) and "What docinbox reads" (from daemon/input/formats.py).
+reached from daemon/config/settings.py) and "What docinbox reads" (from daemon/document/formats.py).
 
     .venv/bin/python scripts/readme_tables.py          # rewrite README.md in place
     .venv/bin/python scripts/readme_tables.py --check  # exit 1 when README.md is stale
@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.config import settings
-from daemon.input import formats
+from daemon.document import formats
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

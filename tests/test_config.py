@@ -31,7 +31,7 @@ from daemon.config.settings import (
     redacted_dict,
     resolve_config_path,
 )
-from daemon.input.formats import DEFAULT_PATTERNS
+from daemon.document.formats import DEFAULT_PATTERNS
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "config.yaml"

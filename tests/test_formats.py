@@ -13,8 +13,8 @@ from PIL import Image
 
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import LimitsConfig
+from daemon.document.formats import DEFAULT_PATTERNS
 from daemon.input import sniff
-from daemon.input.formats import DEFAULT_PATTERNS
 from daemon.input.raster import render_page
 from tests import docgen
 

@@ -376,7 +376,7 @@ def test_a_missing_inbox_and_outbox_degrade_and_show_everywhere(
 ) -> None:
     """A share away: /healthz degraded naming it, a gauge per inbox and folder, the page
     and `docinbox status` saying since when."""
-    from daemon.cli.main import render_status
+    from daemon.cli.status_view import render_status
     from daemon.service.status import collect
 
     inbox = str(cfg.inboxes[0].path)
@@ -427,7 +427,7 @@ def test_a_missing_inbox_and_outbox_degrade_and_show_everywhere(
 def test_status_shows_the_precisions_fidelity_beside_it(
     store: Store, cfg: Config, precision: str, shown: str
 ) -> None:
-    from daemon.cli.main import render_status
+    from daemon.cli.status_view import render_status
     from daemon.service.status import collect
 
     live = live_ok(cfg, engine_info={"name": "mineru", "model_id": "m", "precision": precision})
@@ -439,7 +439,8 @@ def test_status_shows_the_precisions_fidelity_beside_it(
 def test_every_precision_but_the_reference_has_its_fidelity_figures() -> None:
     from typing import get_args
 
-    from daemon.config.settings import LOSSY_PRECISIONS, PRECISION_FIDELITY, Precision
+    from daemon.cli.status_view import PRECISION_FIDELITY
+    from daemon.config.settings import LOSSY_PRECISIONS, Precision
 
     assert set(PRECISION_FIDELITY) == set(get_args(Precision)) - {"auto", "fp32"}
     # Figures and labels agree: a lossy precision is one whose figures miss the gate.

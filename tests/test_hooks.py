@@ -23,7 +23,8 @@ import pytest
 import yaml
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from daemon.cli.main import render_status, systemd_paths_dropin
+from daemon.cli.main import systemd_paths_dropin
+from daemon.cli.status_view import render_status
 from daemon.common.errors import hint_for
 from daemon.config.settings import Config, ConfigError, load_config, redacted_dict
 from daemon.jobs.store import Job, Outcome, Store

@@ -1,7 +1,7 @@
 """The input-format registry: one declaration per format, and what is derived from it.
 
 The default inbox patterns, content sniffing, the mislabel check and the README's "What
-docinbox reads" table all come from `daemon/input/formats.py`; these tests hold them to it
+docinbox reads" table all come from `daemon/document/formats.py`; these tests hold them to it
 with files written by real encoders.
 """
 
@@ -14,8 +14,7 @@ import pytest
 from PIL import Image
 
 from daemon.config.settings import InboxConfig
-from daemon.input import sniff
-from daemon.input.formats import (
+from daemon.document.formats import (
     BY_NAME,
     DEFAULT_PATTERNS,
     FORMATS,
@@ -28,6 +27,7 @@ from daemon.input.formats import (
     identify,
     readme_table,
 )
+from daemon.input import sniff
 from daemon.intake.ignore import is_candidate_name
 from tests import docgen
 from tests.conftest import REPO

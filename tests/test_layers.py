@@ -54,11 +54,13 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.document.page": (0, "shared"),
     "daemon.document.record": (0, "shared"),
     "daemon.document.protocol": (0, "shared"),  # the messages both ends of the pipe read
+    "daemon.document.formats": (0, "shared"),
     "daemon.common.display": (0, "shared"),
     "daemon.common.units": (0, "shared"),
     "daemon.common.cpus": (0, "shared"),
     "daemon.common.live": (0, "shared"),
     "daemon.common.mounttable": (0, "shared"),
+    "daemon.common.child": (0, "shared"),
     "daemon.output.durable": (0, "shared"),
     "daemon.service.notify": (0, "shared"),
     "daemon.service.reminder": (0, "shared"),
@@ -66,8 +68,11 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.config.schema": (0, "shared"),
     "daemon.config.yamlfile": (0, "shared"),
     "daemon.config.folders": (0, "shared"),
+    "daemon.config.engine": (0, "shared"),
+    "daemon.config.hooks": (0, "shared"),
+    "daemon.config.sections": (0, "shared"),
+    "daemon.config.secrets": (0, "shared"),
     "daemon.config.settings": (0, "shared"),
-    "daemon.input.formats": (0, "shared"),  # the default patterns are read by the daemon
     # Model runtimes: how to talk to MinerU2.5 wherever it runs. Light at module level:
     # the daemon probes an http server with them while the worker generates through them.
     "daemon.engines.mineru.runtimes.transformers_generate": (10, "shared"),
@@ -127,6 +132,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.service.status": (110, "daemon"),
     "daemon.service.health": (120, "daemon"),
     "daemon.service.metrics": (130, "daemon"),
+    "daemon.cli.status_view": (130, "daemon"),
     "daemon.service.charts": (130, "daemon"),
     "daemon.service.web": (130, "daemon"),
     "daemon.service.auth": (130, "daemon"),

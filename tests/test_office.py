@@ -10,8 +10,8 @@ import pytest
 
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import EngineConfig, LimitsConfig
+from daemon.document.formats import DEFAULT_PATTERNS
 from daemon.input import office, sniff
-from daemon.input.formats import DEFAULT_PATTERNS
 from daemon.input.raster import render_page
 from tests import docgen
 

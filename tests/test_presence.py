@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from watchdog.events import DirDeletedEvent, FileCreatedEvent, FileDeletedEvent
 
-from daemon.cli.main import inbox_lines
+from daemon.cli.status_view import inbox_lines
 from daemon.common.live import InboxFacts
 from daemon.common.mounttable import MountEntry, parse_fstab, unmounted_share
 from daemon.config.folders import check_folders

@@ -1164,7 +1164,7 @@ def test_real_inotify_holds_a_file_until_its_writer_closes_it(tmp_path: Path) ->
 def test_files_of_no_document_type_are_logged_once_counted_and_left_alone(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from daemon.cli.main import inbox_lines
+    from daemon.cli.status_view import inbox_lines
     from daemon.common.live import InboxFacts
 
     write(tmp_path / "report.pdf")

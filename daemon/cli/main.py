@@ -23,13 +23,12 @@ from urllib.parse import urlsplit
 import yaml
 
 from daemon import __version__
+from daemon.cli.status_view import render_status
 from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
-from daemon.common.live import InboxFacts
-from daemon.common.units import age, gib, mib, since
+from daemon.common.units import age
 from daemon.config.settings import (
     LOSSY_PRECISIONS,
-    PRECISION_FIDELITY,
     Config,
     ConfigError,
     EngineConfig,
@@ -42,7 +41,7 @@ from daemon.config.settings import (
 from daemon.config.values import is_loopback
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
-from daemon.service.status import Status, collect
+from daemon.service.status import collect
 
 log = logging.getLogger("docinbox")
 
@@ -200,159 +199,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def render_status(st: Status) -> str:
-    """`docinbox status` as text: what a person reads in a terminal."""
-    out: list[str] = []
-    live = st.live
-    out.append(
-        f"docinbox {(live.version if live else None) or __version__}: running "
-        f"(pid {live.pid if live else None}, up {age(st.uptime or 0)})"
-        if st.running
-        else "docinbox: NOT running"
-    )
-    eng = st.engine
-    line = f"engine:  {eng.name or st.configured_engine}"
-    if eng.model_id:
-        line += f" ({eng.model_id}"
-        lossy = " (lossy)" if eng.precision in LOSSY_PRECISIONS else ""
-        line += f", precision {eng.precision}{lossy})" if eng.precision else ")"
-    if eng.runtime and eng.runtime != "transformers":
-        line += f", runtime {eng.runtime}" + (f" on {eng.server}" if eng.server else "")
-    out.append(line)
-    fidelity = PRECISION_FIDELITY.get(eng.precision or "")
-    if eng.model_id and fidelity and eng.runtime in ("", None, "transformers"):
-        verdict = "FAILS" if eng.precision in LOSSY_PRECISIONS else "passes"
-        out.append(
-            f"  fidelity: decoder top-1 vs fp32 {fidelity[0]:.2f} % (Qwen2.5-0.5B), "
-            f"{fidelity[1]:.2f} % (SmolLM2-135M): {verdict} the gate (bench/fidelity.py)"
-        )
-    if st.fallback_reason:
-        out.append(f"  FALLBACK: {st.fallback_reason}")
-        out.append(f"  fix: {st.fallback_fix}")
-    if st.fatal:
-        out.append(f"  STOPPED: {st.fatal}")
-    w = st.worker
-    if st.running:
-        beat = w.last_heartbeat_age
-        out.append(
-            f"worker:  {w.phase}, RSS {mib(w.rss)} (peak {mib(w.peak_rss)}), "
-            f"{w.restarts or 0} restart(s) after a crash"
-            + (f", {w.switches} engine switch(es)" if w.switches else "")
-            + (f", last heartbeat {age(beat)} ago" if beat is not None else "")
-        )
-    cur = st.current
-    if cur:
-        now_line = f"now:     job {cur.job_id} {safe_display(Path(cur.path).name)}"
-        if cur.page:
-            now_line += f", page {cur.page}/{cur.pages}"
-        now_line += page_step(cur.stage, cur.block)
-        if cur.pages_in_flight > 1:
-            now_line += f" ({cur.pages_in_flight} pages in flight)"
-        out.append(now_line)
-    q = st.queue
-    if q is None:
-        out.append(f"queue:   ? ({st.store_error})")
-    else:
-        queue_age = st.queue_age_seconds
-        out.append(
-            "queue:   "
-            + ", ".join(f"{q.counts.get(s.value, 0)} {s.value}" for s in JobState)
-            + (f"; oldest waiting {age(queue_age)}" if queue_age is not None else "")
-        )
-        k = q.counters
-        out.append(
-            f"totals:  {int(k.get('pages_total', 0))} pages processed, "
-            f"{int(k.get('duplicates_total', 0))} duplicates skipped"
-        )
-    if q is not None and q.deliveries is not None:
-        out.extend(hook_lines(st))
-    out.append(
-        "disk:    "
-        + ", ".join(
-            f"{d.name} {'?' if d.free is None else gib(d.free)} free" for d in st.disks
-        )
-    )
-    if st.seconds_per_page is not None:
-        eta = st.eta_seconds
-        out.append(
-            f"speed:   {st.seconds_per_page:.1f} s/page" + (f"; ETA ~{age(eta)}" if eta else "")
-        )
-    for ib in st.inboxes:
-        out.extend(inbox_lines(ib, st.now))
-    for gone in st.missing_folders:
-        when = f" {since(gone.missing_since, st.now)}" if gone.missing_since is not None else ""
-        out.append(
-            f"MISSING: {gone.name} {safe_display(gone.path)}{when}: {gone.missing}; documents "
-            "wait until it returns"
-        )
-    if q is not None:
-        for wt in q.waiting:
-            name = safe_display(Path(wt.path).name)
-            out.append(f"waiting: job {wt.job_id} {name}: {wt.error}")
-        if q.recent_failures:
-            out.append("recent failures:")
-            for f in q.recent_failures:
-                name = safe_display(Path(f.path).name)
-                out.append(f"  job {f.job_id} {name}: {f.kind}: {f.error}")
-    return "\n".join(out)
-
-
-def hook_lines(st: Status) -> list[str]:
-    """Hooks in `docinbox status`: what waits, what was given up, why a receiver fails."""
-    assert st.queue is not None and st.queue.deliveries is not None
-    d = st.queue.deliveries
-    oldest = st.hooks_oldest_pending_age
-    lines = [
-        f"hooks:   {d.pending} waiting"
-        + (f" (oldest {age(oldest)})" if oldest is not None else "")
-        + f", {d.dead} given up, {d.delivered} delivered, {d.failed_attempts} failed attempts"
-    ]
-    for r in d.receivers:
-        line = f"  {r.name}: {r.pending} waiting, {r.dead} given up"
-        if r.disabled:
-            line += f"; DISABLED ({r.disabled}) until reload or restart"
-        if not r.configured:
-            line += "; no longer configured"
-        if r.last_error:
-            line += f"; last error: {r.last_error}"
-        lines.append(line)
-    if d.dead:
-        lines.append(
-            "  `docinbox hooks` lists them; `docinbox hooks retry --dead` sends them again"
-        )
-    return lines
-
-
-def inbox_lines(ib: InboxFacts, now: float | None = None) -> list[str]:
-    """One inbox in `docinbox status`: its observer, files settling, files it ignores;
-    or that it is missing, since when (`now`: the wall clock)."""
-    if ib.missing is not None:
-        when = (
-            f" {since(ib.missing_since, now)}"
-            if ib.missing_since is not None and now is not None
-            else ""
-        )
-        return [
-            f"inbox:   {safe_display(ib.path)} (MISSING{when}: {ib.missing}; watching for "
-            "it to return)"
-        ]
-    busy = ""
-    if ib.pending:
-        busy += f", {ib.pending} settling"
-    if ib.open_for_write:
-        busy += f", {ib.open_for_write} still being written"
-    lines = [f"inbox:   {ib.path} ({ib.observer}{busy})"]
-    if ib.ignored:
-        more = ", …" if ib.ignored > len(ib.ignored_names) else ""
-        plural = "file" if ib.ignored == 1 else "files"
-        lines.append(
-            f"         {ib.ignored} {plural} ignored in inbox: not a document type: "
-            + ", ".join(ib.ignored_names)
-            + more
-        )
-    return lines
-
-
 def _job_dict(j: Job) -> dict[str, Any]:
     d = dataclasses.asdict(j)
     d["state"] = j.state.value
@@ -381,17 +227,6 @@ def cmd_list(args: argparse.Namespace) -> int:
         name = safe_display(Path(j.source_path).name)
         print(f"{j.id:>6}  {j.state.value:<9} {when}  {name}{extra}")
     return ExitCode.OK
-
-
-def page_step(stage: str | None, block: tuple[int, int] | None) -> str:
-    """Where the engine is inside the page, for `status`: ", layout step" while MinerU
-    reads the page layout, ", block k/K" while it recognises the blocks."""
-    if stage == "layout":
-        return ", layout step"
-    if block and block[1] > 0:
-        noun = stage if stage and stage != "block" else "block"
-        return f", {noun} {block[0]}/{block[1]}"
-    return ""
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -638,7 +473,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"docinbox {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
+    _add_daemon_commands(sub, common)
+    _add_job_commands(sub, common)
+    _add_config_command(sub, common)
+    _add_hooks_command(sub, common)
+    _add_model_command(sub, common)
+    return p
 
+
+def _add_daemon_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """run, parse: the daemon, and its pipeline once on named files."""
     s = sub.add_parser("run", parents=[common], help="watch the inboxes and process documents")
     s.set_defaults(fn=cmd_run)
 
@@ -649,6 +495,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pages", help="1-based pages to convert, e.g. 1-3,7 (default: all)")
     s.set_defaults(fn=cmd_parse)
 
+
+def _add_job_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """status, list, retry, reprocess: what the record says, and queueing jobs again."""
     s = sub.add_parser("status", parents=[common], help="what the daemon is doing")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_status)
@@ -671,6 +522,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--all", action="store_true", help="every done job")
     s.set_defaults(fn=cmd_reprocess)
 
+
+def _add_config_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """check-config: validate, show, or say what the systemd unit needs."""
     s = sub.add_parser("check-config", parents=[common], help="validate the configuration")
     s.add_argument("--show", action="store_true", help="print the effective configuration")
     s.add_argument(
@@ -680,6 +536,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.set_defaults(fn=cmd_check_config)
 
+
+def _add_hooks_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """hooks [list|retry|test]: the events for webhooks and commands."""
     s = sub.add_parser(
         "hooks", parents=[common], help="events for webhooks and commands: list, retry, test"
     )
@@ -697,6 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("name", nargs="?", help="only this hook")
     s.set_defaults(fn=cmd_hooks)
 
+
+def _add_model_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """model pull|info: the weights of the configured runtime."""
     s = sub.add_parser("model", parents=[common], help="MinerU2.5 weights: pull or info")
     msub = s.add_subparsers(dest="model_cmd", required=True)
     for name in ("pull", "info"):
@@ -713,7 +579,6 @@ def build_parser() -> argparse.ArgumentParser:
             m.add_argument("--no-load", action="store_true", help="do not try to load it")
             m.add_argument("--json", action="store_true")
         m.set_defaults(fn=cmd_model)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

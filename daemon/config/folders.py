@@ -157,6 +157,24 @@ def check_folders(
     problems = _inbox_problems(inboxes, fstab, mountinfo)
 
     resolved = [(key, folder, real_path(folder)) for key, folder in outputs]
+    overlaps, dangerous = _overlap_problems(resolved, inboxes)
+    problems += overlaps
+    problems += _distinct_problems(resolved)
+    for key, folder, real in resolved:
+        if key in dangerous:
+            continue  # do not create folders inside an inbox; the problem is reported
+        problem = _ensure_output(key, folder, real, create=create)
+        if problem is not None:
+            problems.append(problem)
+    return problems
+
+
+def _overlap_problems(
+    resolved: list[tuple[str, Path, Path]], inboxes: list[tuple[str, Path, Path]]
+) -> tuple[list[Problem], set[str]]:
+    """An output folder inside an inbox, or an inbox inside an output folder; and the
+    output keys involved, which are then neither created nor test-written."""
+    problems: list[Problem] = []
     dangerous: set[str] = set()
     reingest = "the daemon would ingest its own output over and over"
     for out_key, folder, out_real in resolved:
@@ -181,9 +199,13 @@ def check_folders(
                     )
                 )
                 dangerous.add(out_key)
+    return problems, dangerous
 
+
+def _distinct_problems(resolved: list[tuple[str, Path, Path]]) -> list[Problem]:
     # Pairwise distinct: e.g. archive == failed would mix good and failed originals, and
     # failed == outbox would hand originals to whatever consumes the outbox.
+    problems: list[Problem] = []
     for (key_a, _, real_a), (key_b, folder_b, real_b) in itertools.combinations(resolved, 2):
         if real_a == real_b:
             problems.append(
@@ -193,31 +215,23 @@ def check_folders(
                     f"give {key_a} and {key_b} separate folders",
                 )
             )
-
-    for key, folder, real in resolved:
-        if key in dangerous:
-            continue  # do not create folders inside an inbox; the problem is reported
-        if not os.path.lexists(real):
-            if not create:
-                problems.append(
-                    Problem(key, f"{folder} does not exist", f"create it with: mkdir -p {folder}")
-                )
-                continue
-            try:
-                real.mkdir(parents=True, exist_ok=True)
-                if key == "state_dir":
-                    # mkdir's mode is filtered by the umask; chmod sets it exactly.
-                    real.chmod(0o700)
-            except OSError as exc:
-                problems.append(
-                    Problem(
-                        key,
-                        f"cannot create {folder}: {exc.strerror or exc}",
-                        "create it by hand or fix the parent folder's permissions",
-                    )
-                )
-                continue
-        problem = _check_writable(key, real)
-        if problem is not None:
-            problems.append(problem)
     return problems
+
+
+def _ensure_output(key: str, folder: Path, real: Path, *, create: bool) -> Problem | None:
+    """One output folder: there (made, with `create`) and actually writable."""
+    if not os.path.lexists(real):
+        if not create:
+            return Problem(key, f"{folder} does not exist", f"create it with: mkdir -p {folder}")
+        try:
+            real.mkdir(parents=True, exist_ok=True)
+            if key == "state_dir":
+                # mkdir's mode is filtered by the umask; chmod sets it exactly.
+                real.chmod(0o700)
+        except OSError as exc:
+            return Problem(
+                key,
+                f"cannot create {folder}: {exc.strerror or exc}",
+                "create it by hand or fix the parent folder's permissions",
+            )
+    return _check_writable(key, real)

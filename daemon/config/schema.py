@@ -1,6 +1,7 @@
 """How a configuration key is declared, read and checked.
 
-A key is one field of a frozen settings dataclass in `daemon/config/settings.py`, declared with
+A key is one field of a frozen settings dataclass (a section's module in `daemon/config/`,
+the top level in `daemon/config/settings.py`), declared with
 `setting(...)`, `required(...)` or `section(...)`. The field's name and type are the
 Python side; the `Setting` in its metadata is everything else: the YAML key (when it
 differs, e.g. `max_file_size` -> `max_file_bytes`), the parser that checks a value and words

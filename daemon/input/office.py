@@ -16,16 +16,14 @@ as it is. Runs in the worker process, one document at a time:
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 from pathlib import Path
 
+from daemon.common.child import SessionChild
 from daemon.common.errors import DocumentError, FailureKind
-from daemon.input.formats import InputFormat
+from daemon.document.formats import InputFormat
 
 # Conversions of long documents take a while on a small CPU; a hung soffice must not hold the
 # worker until the document deadline.
@@ -76,34 +74,26 @@ def convert_to_pdf(
     ]
     env = {**os.environ, "HOME": str(work)}  # nothing lands in the service user's home
     try:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group, killed whole on timeout
-        )
+        child = SessionChild(cmd, env=env)  # its own process group, killed whole on timeout
     except OSError as exc:
         raise DocumentError(
             FailureKind.UNSUPPORTED, f"LibreOffice could not be started ({exc})"
         ) from exc
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+    code = child.wait(timeout)
+    if code is None:
         raise DocumentError(
             FailureKind.TIMEOUT,
             f"LibreOffice did not convert {what} within {timeout:.0f} s",
-        ) from None
+        )
+    # Only for the message below; a helper it left holding the pipe is not waited for
+    # past the deadline.
+    output, _ = child.output(grace=timeout)
     pdf = out / f"{source.stem}.pdf"
-    if proc.returncode != 0 or not pdf.is_file() or pdf.stat().st_size == 0:
+    if code != 0 or not pdf.is_file() or pdf.stat().st_size == 0:
         said = output.decode("utf-8", "replace").strip().splitlines()[-1:] if output else []
         raise DocumentError(
             FailureKind.CORRUPT,
-            f"LibreOffice could not convert {what} to PDF (exit {proc.returncode}"
+            f"LibreOffice could not convert {what} to PDF (exit {code}"
             + (f": {said[0][:200]}" if said else "")
             + "); it may be damaged or password-protected",
         )

@@ -72,7 +72,7 @@ def render_page(
     if not 0 <= page_idx < info.page_count:
         raise IndexError(f"page {page_idx} of a {info.page_count}-page document")
     regular_file(path)
-    # By the reader's `kind` (daemon/input/formats.py): an image, or a PDF (which an office
+    # By the reader's `kind` (daemon/document/formats.py): an image, or a PDF (which an office
     # document was converted to).
     if info.kind != "pdf":
         return _render_image_page(

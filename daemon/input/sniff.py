@@ -25,7 +25,7 @@ from PIL import Image, UnidentifiedImageError
 
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import LimitsConfig
-from daemon.input.formats import (
+from daemon.document.formats import (
     FORMATS,
     IMAGE_READER,
     OFFICE_READER,

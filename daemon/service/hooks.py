@@ -42,17 +42,17 @@ import os
 import random
 import signal
 import sqlite3
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Protocol
+from typing import Protocol
 
 import httpx
 
 from daemon import __version__
+from daemon.common.child import SessionChild
 from daemon.common.display import safe_display
 from daemon.config.settings import (
     CommandHookConfig,
@@ -215,7 +215,7 @@ class CommandSender:
         self.name = cfg.receiver
         self.events = cfg.events
         self.outbox = outbox
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: SessionChild | None = None
         self._lock = threading.Lock()
 
     def send(self, event_id: str, body: str) -> Attempt:
@@ -227,41 +227,20 @@ class CommandSender:
                                           self.outbox)}
         argv = list(self.cfg.command)
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                env=env,
-                # Its own process group: a timeout kills what it started too.
-                start_new_session=True,
-                close_fds=True,
-            )
+            # Its own session: a timeout or a stop kills what it started too.
+            child = SessionChild(argv, env=env, stdin=body.encode("utf-8"), keep=OUTPUT_LIMIT)
         except OSError as exc:
             return Attempt(False, f"cannot run {argv[0]}: {exc.strerror or exc}")
         with self._lock:
-            self.proc = proc
-        kept = bytearray()
-        dropped = [0]
-        assert proc.stdout is not None and proc.stdin is not None
-        reader = threading.Thread(
-            target=_read_bounded, args=(proc.stdout, kept, dropped), daemon=True
-        )
-        writer = threading.Thread(target=_write_all, args=(proc.stdin, body), daemon=True)
-        reader.start()
-        writer.start()
+            self.child = child
         try:
-            code = proc.wait(self.cfg.timeout_seconds)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            code = None
+            code = child.wait(self.cfg.timeout_seconds)
         finally:
             with self._lock:
-                self.proc = None
+                self.child = None
         # A child it left running may hold the pipe open: do not wait for it long.
-        reader.join(1.0)
-        writer.join(1.0)
-        self._log_output(event_id, bytes(kept), dropped[0])
+        out, dropped = child.output(grace=1.0)
+        self._log_output(event_id, out, dropped)
         if code is None:
             return Attempt(
                 False, f"still running after {self.cfg.timeout_seconds:g} s: killed"
@@ -284,34 +263,12 @@ class CommandSender:
 
     def cancel(self) -> None:
         with self._lock:
-            proc = self.proc
-        if proc is not None:
-            _kill_group(proc)
+            child = self.child
+        if child is not None:
+            child.kill()
 
     def close(self) -> None:
         self.cancel()
-
-
-def _read_bounded(stream: IO[bytes], kept: bytearray, dropped: list[int]) -> None:
-    with contextlib.suppress(OSError, ValueError):
-        while chunk := stream.read1(65536):  # type: ignore[attr-defined]
-            room = OUTPUT_LIMIT - len(kept)
-            kept.extend(chunk[:room])
-            dropped[0] += max(0, len(chunk) - room)
-
-
-def _write_all(stream: IO[bytes], body: str) -> None:
-    # A command that does not read stdin closes it: that is its business.
-    with contextlib.suppress(OSError, ValueError):
-        stream.write(body.encode("utf-8"))
-        stream.close()
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(5)
 
 
 def senders_for(cfg: Config) -> list[Sender]:

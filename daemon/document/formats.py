@@ -4,12 +4,15 @@ One `InputFormat` per format says what it is called, the extensions it goes by, 
 type, how its content is recognised from the first bytes, and which `Reader` turns it into
 pages. Everything else is derived from `FORMATS`: the inboxes' default `patterns` (so a
 format in the registry is always taken by default), the content sniffing and the
-"named .x but the content is Y" check in `sniff.py`, the LibreOffice conversions in
-`office.py`, and the README's "What docinbox reads" table (`scripts/readme_tables.py`).
+"named .x but the content is Y" check in `daemon/input/sniff.py`, the LibreOffice
+conversions in `daemon/input/office.py`, and the README's "What docinbox reads" table
+(`scripts/readme_tables.py`).
 
-Light on purpose: the daemon process reads the default patterns from here, and it never
+A foundation, not a part of the worker's `daemon/input/`: the configuration declares the
+inboxes' default patterns from it and the worker reads files by it, so it sits below both
+and imports nothing of docinbox. Light on purpose: the daemon process reads it and never
 loads Pillow or PDFium (tests/test_daemon_imports.py). The readers themselves live in
-`sniff.py` (inspect) and `raster.py` (render), worker side.
+`daemon/input/sniff.py` (inspect) and `daemon/input/raster.py` (render), worker side.
 """
 
 from __future__ import annotations
@@ -308,7 +311,7 @@ def identify(head: Head) -> InputFormat | None:
 # ---------------------------------------------------------------------------- README
 
 README_BEGIN: Final = (
-    "<!-- input-formats: generated from daemon/input/formats.py by scripts/readme_tables.py -->"
+    "<!-- input-formats: generated from daemon/document/formats.py by scripts/readme_tables.py -->"
 )
 README_END: Final = "<!-- /input-formats -->"
 
