@@ -37,7 +37,7 @@ from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, NewEvent, Store
 from daemon.output.publish import Publisher
 from daemon.service.app import TICK_SECONDS
-from daemon.work.supervisor import Supervisor
+from daemon.supervisor.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PDF = REPO.parent / "shared" / "corpus" / "pdf" / "docling__redp5110_sampled.pdf"

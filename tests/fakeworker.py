@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from daemon.document.page import Block, EngineInfo
-from daemon.work.protocol import (
+from daemon.document.protocol import (
     DocError,
     Inspect,
     Inspected,

@@ -25,7 +25,7 @@ from daemon.input.sniff import inspect as inspect_document
 from daemon.input.textlayer import pdf_text_layer
 from daemon.output.formats.middle import PageData
 from daemon.output.publish import DocumentFiles, document_files
-from daemon.work.crops import finish_page
+from daemon.worker.crops import finish_page
 
 # ../shared relative to the repository root, as every test that uses shared material.
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"

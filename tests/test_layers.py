@@ -13,8 +13,8 @@ entry points wire it all. Along the data path that reads
 Beside the layers, sides: the daemon process never imports a worker-side module (they hold
 pixels and models), and the worker never imports a daemon-side one (it never touches the
 store or the outbox); shared modules are light enough for both. The one crossing is the
-process boundary itself: the supervisor names the worker's entry point to spawn it, so
-daemon/work/worker.py imports only shared modules at module level. Every import counts, also
+process boundary itself: the worker's handle names its entry point to spawn it, so
+daemon/worker/worker.py imports only shared modules at module level. Every import counts, also
 those inside functions and under TYPE_CHECKING (see test_imports.py). A real daemon loop is
 checked for Pillow and torch in test_daemon_imports.py; this test says which module may not
 import which before anything runs.
@@ -36,7 +36,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon": (0, "shared"),  # only __version__
     "daemon.cli": (0, "shared"),  # a package's docstring
     "daemon.service": (0, "shared"),  # a package's docstring
-    "daemon.work": (0, "shared"),  # a package's docstring
+    "daemon.supervisor": (0, "shared"),  # a package's docstring
+    "daemon.worker": (0, "shared"),  # a package's docstring
     "daemon.engines": (0, "shared"),  # a package's docstring
     "daemon.engines.mineru.runtimes": (0, "shared"),  # a package's docstring
     "daemon.engines.mineru": (0, "shared"),  # a package's docstring
@@ -52,6 +53,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.jobs.states": (0, "shared"),
     "daemon.document.page": (0, "shared"),
     "daemon.document.record": (0, "shared"),
+    "daemon.document.protocol": (0, "shared"),  # the messages both ends of the pipe read
     "daemon.document.formats": (0, "shared"),
     "daemon.common.display": (0, "shared"),
     "daemon.common.units": (0, "shared"),
@@ -62,7 +64,6 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.output.durable": (0, "shared"),
     "daemon.service.notify": (0, "shared"),
     "daemon.service.reminder": (0, "shared"),
-    "daemon.work.protocol": (0, "shared"),
     "daemon.config.values": (0, "shared"),
     "daemon.config.schema": (0, "shared"),
     "daemon.config.yamlfile": (0, "shared"),
@@ -82,7 +83,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.input.sniff": (20, "worker"),
     "daemon.input.raster": (30, "worker"),
     "daemon.input.textlayer": (30, "worker"),
-    "daemon.work.crops": (30, "worker"),
+    "daemon.worker.crops": (30, "worker"),
     "daemon.engines.lite.compose": (30, "worker"),
     "daemon.engines.lite.figures": (30, "worker"),
     "daemon.engines.lite.junk": (30, "worker"),
@@ -100,8 +101,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.lite.engine": (40, "worker"),
     "daemon.engines.mineru.engine": (40, "worker"),
     "daemon.engines.registry": (40, "worker"),
-    "daemon.work.pipeline": (50, "worker"),
-    "daemon.work.worker": (50, "worker"),
+    "daemon.worker.pipeline": (50, "worker"),
+    "daemon.worker.worker": (50, "worker"),
     # Daemon side along the data path: the record, then watcher -> ingest -> supervisor
     # -> output. A stage never imports the one that feeds it; app wires them together.
     "daemon.jobs.schema": (60, "daemon"),
@@ -119,10 +120,13 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.intake.watcher": (70, "daemon"),
     "daemon.output.originals": (80, "daemon"),
     "daemon.intake.ingest": (80, "daemon"),
-    "daemon.work.reprobe": (90, "daemon"),
-    "daemon.work.engine_choice": (90, "daemon"),
-    "daemon.work.output_retry": (90, "daemon"),
-    "daemon.work.supervisor": (90, "daemon"),
+    "daemon.supervisor.reprobe": (90, "daemon"),
+    "daemon.supervisor.engine_choice": (90, "daemon"),
+    "daemon.supervisor.output_retry": (90, "daemon"),
+    "daemon.supervisor.states": (90, "daemon"),
+    "daemon.supervisor.worker_handle": (90, "daemon"),
+    "daemon.supervisor.document_run": (90, "daemon"),
+    "daemon.supervisor.supervisor": (90, "daemon"),
     "daemon.output.formats": (100, "daemon"),
     "daemon.output.formats.text": (100, "daemon"),
     "daemon.output.formats.inline": (100, "daemon"),
@@ -155,7 +159,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
 }
 
 # The process boundary: the supervisor spawns the worker by naming its entry point.
-CROSSINGS = {("daemon.work.supervisor", "daemon.work.worker")}
+CROSSINGS = {("daemon.supervisor.worker_handle", "daemon.worker.worker")}
 
 # Packages that bring pixels, tensors or models with them.
 HEAVY = {
@@ -195,11 +199,12 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_the_rule_can_fail() -> None:
-    assert not may_import("daemon.jobs.store", "daemon.work.supervisor")  # upwards
+    assert not may_import("daemon.jobs.store", "daemon.supervisor.supervisor")  # upwards
     assert not may_import("daemon.output.publish", "daemon.input.raster")  # daemon -> worker side
     # worker -> daemon side
     assert not may_import("daemon.engines.lite.engine", "daemon.jobs.store")
-    assert may_import("daemon.work.supervisor", "daemon.work.worker")  # the process boundary
+    # the process boundary
+    assert may_import("daemon.supervisor.worker_handle", "daemon.worker.worker")
     assert may_import("daemon.intake.ingest", "daemon.jobs.store")
 
 
@@ -220,12 +225,12 @@ def test_daemon_side_modules_import_nothing_heavy_when_loaded() -> None:
     light = [m for m, (_, side) in LAYERS.items() if side in ("shared", "daemon")]
     heavy = sorted(
         f"{m}: {name}"
-        for m in [*light, "daemon.work.worker"]
+        for m in [*light, "daemon.worker.worker"]
         for name in module_level_imports(m)
         if name.split(".")[0] in HEAVY
     )
     assert heavy == []
-    worker_needs = {n for n in module_level_imports("daemon.work.worker") if n in LAYERS}
+    worker_needs = {n for n in module_level_imports("daemon.worker.worker") if n in LAYERS}
     assert {n for n in worker_needs if LAYERS[n][1] != "shared"} == set()
 
 
@@ -235,7 +240,7 @@ def test_parent_packages_are_imports_too() -> None:
     # process first; the graph must see them, or a package face that imported an engine
     # would load it into the daemon unnoticed.
     graph = import_graph()
-    deps = graph["daemon.work.engine_choice"]
+    deps = graph["daemon.supervisor.engine_choice"]
     assert {"daemon.engines", "daemon.engines.mineru", "daemon.engines.mineru.runtimes"} <= deps
     # And a package's face is shared: it could not import a worker-side module.
     assert not may_import("daemon.engines", "daemon.engines.registry")

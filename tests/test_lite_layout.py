@@ -277,7 +277,7 @@ def test_figure_block_gets_its_crop_named_as_mineru_names_it(
 ) -> None:
     import io
 
-    from daemon.work.crops import finish_page
+    from daemon.worker.crops import finish_page
 
     page = PageInput(image=two_columns, page_idx=0, page_count=1, dpi=None)
     # What the worker does with every engine's answer while it still holds the pixels.
@@ -301,7 +301,7 @@ def test_a_figure_on_a_turned_scan_is_cropped_upright(
 ) -> None:
     import io
 
-    from daemon.work.crops import finish_page
+    from daemon.worker.crops import finish_page
 
     scan = two_columns.rotate(-turn, expand=True)  # the sheet went in sideways
     page = PageInput(image=scan, page_idx=0, page_count=1, dpi=None)
@@ -380,7 +380,7 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
     from daemon.config.settings import LimitsConfig
     from daemon.input.raster import render_page
     from daemon.input.sniff import inspect
-    from daemon.work.crops import finish_page
+    from daemon.worker.crops import finish_page
 
     text = docgen.make_text_pdf(
         tmp_path / "text.pdf",
@@ -442,7 +442,7 @@ def test_a_vector_chart_is_an_image_block_and_a_ruled_table_is_not(
     from daemon.config.settings import LimitsConfig
     from daemon.input.raster import render_page
     from daemon.input.sniff import inspect
-    from daemon.work.crops import finish_page
+    from daemon.worker.crops import finish_page
 
     body = ["# Annual Report", "Sales grew in every region this year.", "See the chart below."]
     pdf = docgen.make_text_pdf(

@@ -20,6 +20,7 @@ from PIL import Image, ImageDraw
 
 from daemon.config.settings import Config, EngineConfig
 from daemon.document.page import PageInput, PageOptions, PageResult, no_progress
+from daemon.document.protocol import ParsePage
 from daemon.engines.mineru.engine import MinerUEngine, client_defaults, make_helper, run_page
 from daemon.engines.mineru.runtimes.base import Prediction
 from daemon.engines.mineru.runtimes.transformers_generate import (
@@ -30,8 +31,7 @@ from daemon.engines.mineru.runtimes.transformers_generate import (
     estimate_prompt_tokens,
     plan_batches,
 )
-from daemon.work.pipeline import PagePipeline
-from daemon.work.protocol import ParsePage
+from daemon.worker.pipeline import PagePipeline
 from tests.tinymodel import make_random_reader, randomize_language_model, tiny_model_once
 
 
@@ -285,7 +285,7 @@ def test_pages_batched_together_equal_pages_one_at_a_time(
     reader: MinerUEngine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from daemon.input.raster import render_page
-    from daemon.work.crops import finish_page
+    from daemon.worker.crops import finish_page
 
     pages = 7
     pdf, doc, cfg = document(tmp_path, pages)
@@ -407,9 +407,9 @@ def run_scan(root: Path, model: Path, page_batch: int, *, kill: bool) -> dict[st
     jid = found.job.id
     if kill:
         drive(sup, clock, lambda: present(store.job(jid)).pages_done >= 1, limit=300)
-        assert sup.proc is not None and sup.proc.pid is not None
+        assert sup.worker.proc is not None and sup.worker.proc.pid is not None
         assert present(store.job(jid)).pages_done == 1
-        os.kill(sup.proc.pid, signal.SIGKILL)  # pages it finished ahead die with it
+        os.kill(sup.worker.proc.pid, signal.SIGKILL)  # pages it finished ahead die with it
         drive(sup, clock, lambda: present(store.job(jid)).crashes == 1)
         clock.now += 10  # past the restart back-off
     drive(sup, clock, lambda: present(store.job(jid)).state == JobState.DONE, limit=300)

@@ -15,10 +15,10 @@ import pytest
 
 from daemon.config.settings import Config, load_config
 from daemon.document.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
+from daemon.document.protocol import PageDone, ParsePage
 from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff, textlayer
-from daemon.work.pipeline import PagePipeline
-from daemon.work.protocol import PageDone, ParsePage
+from daemon.worker.pipeline import PagePipeline
 from tests.conftest import write_config
 from tests.docgen import make_text_pdf
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from daemon.config.settings import EngineHttpConfig
 from daemon.engines.mineru.runtimes.http import ServerProbe
-from daemon.work.reprobe import Reprobe
+from daemon.supervisor.reprobe import Reprobe
 
 SETTINGS = EngineHttpConfig(server_url="http://gpu:8000", model_name="mineru")
 

@@ -24,12 +24,14 @@ import pytest
 from daemon.common.live import CurrentDoc, Phase
 from daemon.config.settings import Config, load_config
 from daemon.document.page import EngineInfo
+from daemon.document.protocol import Inspect, ParsePage, Progress, Request
 from daemon.intake.ingest import Ingestor
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Published, Store, StoreBusy
 from daemon.output.publish import Publisher
-from daemon.work.protocol import Inspect, ParsePage, Progress, Request
-from daemon.work.supervisor import Supervisor, exit_reason
+from daemon.supervisor.document_run import page_options
+from daemon.supervisor.supervisor import Supervisor
+from daemon.supervisor.worker_handle import exit_reason
 from tests.conftest import present, write_config
 from tests.docgen import make_text_pdf
 from tests.fakeworker import FakeContext, FakeWorker
@@ -67,8 +69,8 @@ def drive(sup: Supervisor, clock: Clock, until: Callable[[], bool], limit: float
     while not until():
         assert time.monotonic() < end, f"gave up; phase={sup.phase}"
         sup.tick(clock.now)
-        if sup.conn is not None:
-            sup.conn.poll(0.05)
+        if sup.worker.conn is not None:
+            sup.worker.conn.poll(0.05)
 
 
 def stop(sup: Supervisor, clock: Clock) -> None:
@@ -213,14 +215,14 @@ def test_crash_backoff_and_give_up_after_max_attempts(tmp_path: Path) -> None:
         bench.step_until(lambda: bench.job(jid).crashes == crashes)
 
     crash_on_the_page(1)
-    assert sup.phase == Phase.DOWN and sup.restart_at == clock.now + 10
+    assert sup.phase == Phase.DOWN and sup.worker.restart_at == clock.now + 10
     bench.clock.now += 9
     bench.step()
-    assert sup.proc is None and len(bench.ctx.workers) == 1  # still backing off
+    assert sup.worker.proc is None and len(bench.ctx.workers) == 1  # still backing off
     clock.now += 1
     crash_on_the_page(2)
-    assert sup.restart_at == clock.now + 15  # doubled, capped by restart_backoff_max
-    assert sup.restarts == 1  # the worker after the first crash; the next is not up yet
+    assert sup.worker.restart_at == clock.now + 15  # doubled, capped by restart_backoff_max
+    assert sup.worker.restarts == 1  # the worker after the first crash; the next is not up yet
     clock.now += 15
     crash_on_the_page(3)
     job = bench.job(jid)
@@ -261,8 +263,8 @@ def test_worker_is_recycled_after_n_documents(tmp_path: Path) -> None:
     bench.step_until(lambda: bench.job(b).state == JobState.DONE)
     assert bench.worker is not first and first.exitcode == 0  # told to stop, not killed
     assert bench.worker.page_requests(b) == [0] and first.page_requests(b) == []
-    assert bench.sup.consecutive_failures == 0
-    assert bench.sup.restarts == 0  # a recycle is planned, not a restart
+    assert bench.sup.worker.consecutive_failures == 0
+    assert bench.sup.worker.restarts == 0  # a recycle is planned, not a restart
 
 
 def test_a_worker_over_max_rss_from_its_start_still_takes_work(tmp_path: Path) -> None:
@@ -289,7 +291,7 @@ def test_heartbeat_timeout_counts_as_a_crash(tmp_path: Path) -> None:
     bench.clock.now += 2
     bench.step()
     assert not silent.alive and silent.exitcode == -9
-    assert bench.sup.proc is None and bench.sup.consecutive_failures == 1
+    assert bench.sup.worker.proc is None and bench.sup.worker.consecutive_failures == 1
     assert bench.sup.phase == Phase.DOWN
 
 
@@ -332,7 +334,7 @@ def test_exit_reasons_are_plain_words() -> None:
 def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> None:
     import errno
 
-    from daemon.work.output_retry import folder_of
+    from daemon.supervisor.output_retry import folder_of
 
     cfg, _, _, _ = setup(tmp_path)
     inbox = cfg.inboxes[0].path
@@ -350,7 +352,7 @@ def test_output_errors_name_the_folder_in_the_users_words(tmp_path: Path) -> Non
 def test_an_unwritable_output_waits_longer_each_time_up_to_the_cap(tmp_path: Path) -> None:
     import errno
 
-    from daemon.work.output_retry import output_wait
+    from daemon.supervisor.output_retry import output_wait
 
     cfg, _, _, _ = setup(tmp_path)
     w = cfg.worker
@@ -516,7 +518,7 @@ def test_each_page_request_names_the_pages_that_come_next(tmp_path: Path) -> Non
     asked = [(m.page_idx, m.lookahead) for m in bench.worker.seen if isinstance(m, ParsePage)]
     assert asked == [(0, (2, 4)), (2, (4,)), (4, ())]
     first = next(m for m in bench.worker.seen if isinstance(m, ParsePage))
-    assert first.options == bench.sup._page_options(present(bench.store.job(a)))
+    assert first.options == page_options(bench.cfg, present(bench.store.job(a)))
 
 
 # ------------------------------------------------------------------ real worker processes
@@ -553,7 +555,7 @@ def test_memory_hog_is_recycled_at_a_page_boundary_and_resumes(
     assert job.pages_done == 3 and job.crashes == 0
     # Recycled after the page that grew past max_rss_mb: a planned stop, not a restart.
     assert any("over max_rss_mb" in r.getMessage() for r in caplog.records)
-    assert sup.restarts == 0
+    assert sup.worker.restarts == 0
     stop(sup, clock)
 
 
@@ -597,8 +599,8 @@ def test_an_internal_error_fails_the_document_not_the_daemon(
         while not cond():
             assert time.monotonic() < end, f"gave up; phase={sup.phase}"
             d.loop(clock.now)  # must not raise
-            if sup.conn is not None:
-                sup.conn.poll(0.05)
+            if sup.worker.conn is not None:
+                sup.worker.conn.poll(0.05)
 
     try:
         a = queue_pdf(cfg, store, clock, "a.pdf")
@@ -645,8 +647,8 @@ def test_the_status_row_shows_the_fallback_before_any_document_it_converts(
             d.loop(clock.now)
             row = store.runtime()
             seen.append((str(row.get("phase")), row.get("fallback_reason")))
-            if sup.conn is not None:
-                sup.conn.poll(0.05)
+            if sup.worker.conn is not None:
+                sup.worker.conn.poll(0.05)
         row = store.runtime()
         assert "unavailable" in str(row["fallback_reason"]), row
         assert row["worker_restarts"] == 0 and row["worker_switches"] == 1, row
@@ -656,8 +658,8 @@ def test_the_status_row_shows_the_fallback_before_any_document_it_converts(
         end = time.monotonic() + 60
         while not sup.stopped and time.monotonic() < end:
             d.loop(clock.now)
-            if sup.conn is not None:
-                sup.conn.poll(0.05)
+            if sup.worker.conn is not None:
+                sup.worker.conn.poll(0.05)
         d.close()
 
 

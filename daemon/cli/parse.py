@@ -23,7 +23,7 @@ from daemon.intake.ingest import sha256_file
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Job, Store
 from daemon.output.publish import Publisher
-from daemon.work.supervisor import Supervisor
+from daemon.supervisor.supervisor import Supervisor
 
 
 class _KeepOriginals(Publisher):

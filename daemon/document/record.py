@@ -2,7 +2,7 @@
 the rendered files.
 
 The worker answers a page with its blocks, facts, crops and the model's raw answers
-(`daemon.work.protocol.PageDone`); the supervisor makes one `PageRecord` of it with the
+(`daemon.document.protocol.PageDone`); the supervisor makes one `PageRecord` of it with the
 engine that did the page, the store keeps that record and hands the same type back, and
 the output formats render from it. Nothing on the way is a loose dict.
 

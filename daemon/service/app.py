@@ -43,7 +43,7 @@ from daemon.service.hooks import HookService
 from daemon.service.httpserver import HttpServer, start_http_server
 from daemon.service.notify import Notifier
 from daemon.service.reminder import Reminder
-from daemon.work.supervisor import Supervisor
+from daemon.supervisor.supervisor import Supervisor
 
 log = logging.getLogger("docinbox")
 
@@ -303,7 +303,10 @@ class Daemon:
         ]
         # The document in progress may still finish its pages; its output then waits
         # (retried like a full disk), and no new document starts.
-        self.supervisor.hold = "; ".join(missing) if missing else None
+        if missing:
+            self.supervisor.hold_new_documents("; ".join(missing))
+        else:
+            self.supervisor.take_new_documents()
 
     def _ingest(self, now: float) -> None:
         assert self.watcher and self.ingestor
@@ -388,7 +391,8 @@ class Daemon:
             stopping=sup.stopping,
             worker=dataclasses.replace(
                 snap.worker,
-                last_heartbeat_age=(now - sup.last_heartbeat) if sup.proc is not None else None,
+                last_heartbeat_age=(now - sup.worker.last_heartbeat)
+                if sup.worker.proc is not None else None,
             ),
             current=snap.current,
             inboxes=tuple(

@@ -6,7 +6,7 @@ only ever imported here. It never touches the database or the outbox; it answers
 pipe and the supervisor records everything. If it dies (segfault, OOM kill, deadline kill)
 nothing is lost but the page in progress.
 
-The messages it exchanges with the supervisor are in daemon/work/protocol.py.
+The messages it exchanges with the supervisor are in daemon/document/protocol.py.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config.settings import Config
-from daemon.work.protocol import (
+from daemon.document.protocol import (
     DocError,
     Heartbeat,
     Inspect,
     Inspected,
+    PageDone,
     ParsePage,
     Progress,
     Ready,
@@ -40,6 +41,11 @@ from daemon.work.protocol import (
     Stop,
     Unavailable,
 )
+
+if TYPE_CHECKING:  # the engine, sniffing and the pipeline are loaded in the worker only
+    from daemon.document.page import Engine
+    from daemon.input.sniff import DocumentInfo
+    from daemon.worker.pipeline import PagePipeline
 
 log = logging.getLogger("docinbox.worker")
 
@@ -120,17 +126,44 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
 
 
 def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> None:
+    loaded = _load_engine(chan, cfg, engine_name)
+    if loaded is None:
+        return
+    engine, slot = loaded, _Slot(loaded, cfg, _Progress(chan))
+    while True:
+        try:
+            msg: Request = conn.recv()
+        except (EOFError, OSError):
+            return  # the daemon is gone: nothing to report to
+        if isinstance(msg, Stop):
+            slot.close()
+            engine.close()
+            return
+        try:
+            match msg:
+                case Inspect():
+                    chan.send(slot.inspect(msg))
+                case ParsePage():
+                    chan.send(slot.parse(msg))
+                case _:
+                    log.error("unknown request %r", msg)
+        except Exception as exc:
+            if not _report(chan, msg, exc):
+                engine.close()
+                return
+
+
+def _load_engine(chan: _Channel, cfg: Config, engine_name: str) -> Engine | None:
+    """Load the engine and say `Ready`; None (having said `Unavailable`) when it cannot."""
     from daemon.document.page import pages_in_flight
     from daemon.engines.registry import create_engine
-    from daemon.input import sniff
-    from daemon.work.pipeline import PagePipeline
 
     try:
         engine = create_engine(engine_name, cfg.engine)
         info = engine.load()
     except EngineUnavailable as exc:
         chan.send(Unavailable(exc.message, exc.hint))
-        return
+        return None
     except Exception as exc:  # a broken install must be reported, not crash-looped silently
         # One sentence in the log (the supervisor repeats it with the fallback it takes);
         # the traceback only with logging.level DEBUG, for a bug report.
@@ -143,84 +176,87 @@ def _serve(chan: _Channel, conn: Connection, cfg: Config, engine_name: str) -> N
                 "the traceback",
             )
         )
-        return
+        return None
     chan.send(Ready(info, pages_in_flight(engine)))
+    return engine
 
-    docs: dict[int, sniff.DocumentInfo] = {}
-    pipeline: PagePipeline | None = None
-    progress = _Progress(chan)
-    while True:
-        try:
-            msg: Request = conn.recv()
-        except (EOFError, OSError):
-            return  # the daemon is gone: nothing to report to
-        if isinstance(msg, Stop):
-            if pipeline is not None:
-                pipeline.close()
-            engine.close()
-            return
-        try:
-            match msg:
-                case Inspect(job_id=job_id, path=path):
-                    # One document at a time: forget the previous one's password and
-                    # whatever was prepared for it.
-                    docs.clear()
-                    if pipeline is not None:
-                        pipeline.close()
-                        pipeline = None
-                    doc = _inspect(sniff, Path(path), cfg)
-                    docs[job_id] = doc
-                    chan.send(Inspected(job_id, doc.kind, doc.format, doc.page_count))
-                case ParsePage(job_id=job_id, path=path):
-                    if pipeline is None or not pipeline.serves(msg):
-                        if pipeline is not None:
-                            pipeline.close()
-                        doc = docs.get(job_id) or _inspect(sniff, Path(path), cfg)
-                        docs.clear()
-                        docs[job_id] = doc
-                        pipeline = PagePipeline(
-                            engine, cfg, job_id, Path(path), doc, msg.options,
-                            functools.partial(progress, job_id),
-                        )
-                    chan.send(pipeline.run(msg))
-                case _:
-                    log.error("unknown request %r", msg)
-        except DocumentError as exc:
-            chan.send(DocError(msg.job_id, exc.kind.value, exc.message))
-        except EngineUnavailable as exc:
-            # The engine's runtime went away mid-document (a MinerU server that stayed
-            # down through every retry): not this document's fault. The supervisor hands
-            # the document back to the queue and takes its fallback; this worker is done.
-            log.error("engine unavailable on job %s: %s", msg.job_id, exc.message)
-            chan.send(Unavailable(exc.message, exc.hint))
-            engine.close()
-            return
-        except FileNotFoundError:
-            chan.send(
-                DocError(
-                    msg.job_id,
-                    FailureKind.VANISHED.value,
-                    "the file disappeared from the inbox before it was processed",
-                )
+
+class _Slot:
+    """The one document the worker holds: what inspecting it found, and its page pipeline."""
+
+    def __init__(self, engine: Engine, cfg: Config, progress: _Progress) -> None:
+        self.engine = engine
+        self.cfg = cfg
+        self.progress = progress
+        self.docs: dict[int, DocumentInfo] = {}
+        self.pipeline: PagePipeline | None = None
+
+    def inspect(self, msg: Inspect) -> Inspected:
+        # One document at a time: forget the previous one's password and whatever was
+        # prepared for it.
+        self.docs.clear()
+        self.close()
+        doc = _inspect(Path(msg.path), self.cfg)
+        self.docs[msg.job_id] = doc
+        return Inspected(msg.job_id, doc.kind, doc.format, doc.page_count)
+
+    def parse(self, msg: ParsePage) -> PageDone:
+        from daemon.worker.pipeline import PagePipeline
+
+        if self.pipeline is None or not self.pipeline.serves(msg):
+            self.close()
+            doc = self.docs.get(msg.job_id) or _inspect(Path(msg.path), self.cfg)
+            self.docs.clear()
+            self.docs[msg.job_id] = doc
+            self.pipeline = PagePipeline(
+                self.engine, self.cfg, msg.job_id, Path(msg.path), doc, msg.options,
+                functools.partial(self.progress, msg.job_id),
             )
-        except MemoryError:
-            chan.send(
-                DocError(
-                    msg.job_id,
-                    FailureKind.ENGINE.value,
-                    "ran out of memory on this page; lower engine.dpi or limits.max_image_pixels",
-                )
+        return self.pipeline.run(msg)
+
+    def close(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.close()
+            self.pipeline = None
+
+
+def _report(chan: _Channel, msg: Inspect | ParsePage, exc: Exception) -> bool:
+    """Tell the supervisor why a request failed; False when this worker is done."""
+    if isinstance(exc, DocumentError):
+        chan.send(DocError(msg.job_id, exc.kind.value, exc.message))
+    elif isinstance(exc, EngineUnavailable):
+        # The engine's runtime went away mid-document (a MinerU server that stayed
+        # down through every retry): not this document's fault. The supervisor hands
+        # the document back to the queue and takes its fallback; this worker is done.
+        log.error("engine unavailable on job %s: %s", msg.job_id, exc.message)
+        chan.send(Unavailable(exc.message, exc.hint))
+        return False
+    elif isinstance(exc, FileNotFoundError):
+        chan.send(
+            DocError(
+                msg.job_id,
+                FailureKind.VANISHED.value,
+                "the file disappeared from the inbox before it was processed",
             )
-        except Exception as exc:
-            # An engine bug on one page must not take the worker down: report it as this
-            # document's failure with the last frame, which is what a bug report needs.
-            tb = traceback.extract_tb(exc.__traceback__)
-            where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
-            log.exception("engine error on job %s", msg.job_id)
-            chan.send(
-                DocError(msg.job_id, FailureKind.ENGINE.value,
-                         f"{type(exc).__name__}: {exc}{where}")
+        )
+    elif isinstance(exc, MemoryError):
+        chan.send(
+            DocError(
+                msg.job_id,
+                FailureKind.ENGINE.value,
+                "ran out of memory on this page; lower engine.dpi or limits.max_image_pixels",
             )
+        )
+    else:
+        # An engine bug on one page must not take the worker down: report it as this
+        # document's failure with the last frame, which is what a bug report needs.
+        tb = traceback.extract_tb(exc.__traceback__)
+        where = f" at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno}" if tb else ""
+        log.exception("engine error on job %s", msg.job_id, exc_info=exc)
+        chan.send(
+            DocError(msg.job_id, FailureKind.ENGINE.value, f"{type(exc).__name__}: {exc}{where}")
+        )
+    return True
 
 
 class _Progress:
@@ -240,5 +276,7 @@ class _Progress:
             self.chan.send(Progress(job_id, page_idx, done, total, what, in_flight))
 
 
-def _inspect(sniff: Any, path: Path, cfg: Config) -> Any:
+def _inspect(path: Path, cfg: Config) -> DocumentInfo:
+    from daemon.input import sniff  # PDFium and Pillow: loaded in the worker only
+
     return sniff.inspect(path, passwords=cfg.passwords, limits=cfg.limits)

@@ -5,7 +5,7 @@ different engine, and back. When the configured engine cannot run (weights missi
 MinerU server that does not answer), `engine.fallback_engine` stands in and documents are
 marked with the engine that did them. When the configured engine is an http server, it is
 looked at again every `engine.http.reprobe_seconds` (off the main loop, see
-`daemon.work.reprobe`), and the next document boundary switches back.
+`daemon.supervisor.reprobe`), and the next document boundary switches back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 
 from daemon.config.settings import EngineConfig
 from daemon.engines.mineru.runtimes.http import display_url
-from daemon.work.reprobe import Reprobe
+from daemon.supervisor.reprobe import Reprobe
 
 log = logging.getLogger("docinbox.supervisor")
 

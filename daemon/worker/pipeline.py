@@ -53,7 +53,7 @@ from daemon.document.page import (
     coming_page,
     pages_in_flight,
 )
-from daemon.work.protocol import PageDone, ParsePage
+from daemon.document.protocol import PageDone, ParsePage
 
 if TYPE_CHECKING:  # sniff loads PDFium and Pillow: the worker's business only
     from daemon.input.sniff import DocumentInfo
@@ -211,7 +211,7 @@ class PagePipeline:
         idle: float | None,
         t0: float,
     ) -> PageDone:
-        from daemon.work.crops import finish_page
+        from daemon.worker.crops import finish_page
 
         result = finish_page(page, result)  # crops of figures/tables, cut while we hold pixels
         info: dict[str, Any] = dict(result.info)

@@ -120,7 +120,7 @@ class PageDone:
     blocks: tuple[Block, ...]
     info: dict[str, Json] = field(default_factory=dict)  # facts for meta.json
     seconds: float = 0.0  # from the request to the answer
-    crops: tuple[Crop, ...] = ()  # JPEGs of the page's figures (daemon.work.crops)
+    crops: tuple[Crop, ...] = ()  # JPEGs of the page's figures (daemon.worker.crops)
     model_output: dict[str, Json] | None = None  # the model's raw answers (<stem>_model.json)
 
 

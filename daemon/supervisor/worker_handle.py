@@ -1,0 +1,333 @@
+"""A handle on the ONE worker process and its health: spawn, heartbeats, deadlines, kill,
+recycle, restart backoff.
+
+It knows the process, never the documents: when the worker dies or misses a deadline the
+handle reaps it and says what happened (`Crashed`, `Overdue`); what that means for the
+document in progress is the supervisor's to decide. Its state moves only through the table
+in daemon/supervisor/states.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing.connection
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Protocol
+
+import psutil
+
+from daemon.common.live import Phase, WorkerFacts
+from daemon.config.settings import Config
+from daemon.document.page import EngineInfo
+from daemon.document.protocol import Reply, Request, Stop
+from daemon.supervisor.states import WorkerState, check_transition
+
+log = logging.getLogger("docinbox.supervisor")
+
+_MiB = 1024 * 1024
+
+
+class WorkerProcess(Protocol):
+    """What the supervisor uses of the worker's process (multiprocessing's Process)."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def kill(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _ChildEnd(Protocol):
+    def close(self) -> None: ...
+
+
+class ProcessContext(Protocol):
+    """Where worker processes come from: multiprocessing's spawn context; tests pass one
+    that hands out a worker they answer for (tests/fakeworker.py)."""
+
+    def Pipe(self, duplex: bool = True) -> tuple[Connection, _ChildEnd]: ...
+
+    def Process(
+        self, target: Callable[..., object], args: tuple[object, ...], name: str, daemon: bool
+    ) -> WorkerProcess: ...
+
+
+@dataclass(frozen=True)
+class Crashed:
+    """The worker died, hung, or did not load in time. It is reaped and its restart is
+    scheduled; the document it held crashed with it."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Overdue:
+    """The page or document deadline passed: the worker was killed (state down). Whether
+    a restart follows depends on why the document ran over (see Supervisor)."""
+
+
+Trouble = Crashed | Overdue
+
+
+@dataclass(frozen=True)
+class Fatal:
+    """Why the engine cannot run here, and what the user can do about it."""
+
+    message: str
+    hint: str
+
+
+def exit_reason(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "stopped responding"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        if -exitcode == signal.SIGKILL:
+            return f"was killed ({name}; often the kernel's out-of-memory killer)"
+        if -exitcode == signal.SIGSEGV:
+            return f"crashed ({name})"
+        return f"died on {name}"
+    return f"exited with status {exitcode}"
+
+
+def _worker_view(cfg: Config) -> tuple[object, ...]:
+    """What a worker holds its own copy of: a change here needs a fresh worker."""
+    return (cfg.engine, cfg.limits, cfg.passwords, cfg.worker.heartbeat_seconds)
+
+
+class WorkerHandle:
+    """The worker process, its pipe, its health, and when the next one may start."""
+
+    def __init__(self, cfg: Config, context: ProcessContext) -> None:
+        self.cfg = cfg
+        self.ctx = context
+        self.state = WorkerState.DOWN
+        self.proc: WorkerProcess | None = None
+        self.conn: Connection | None = None
+        self.deadline = 0.0  # of starting, of the page in progress, or of stopping
+        self.restart_at = 0.0
+        self.consecutive_failures = 0
+        self.restarts = 0  # starts after a crash, a hang or an internal error
+        self.last_heartbeat = 0.0
+        self.started_at: float | None = None
+        self.docs_done = 0  # documents this worker completed or failed
+        self.rss = 0
+        self.peak_rss = 0
+        self.engine: EngineInfo | None = None  # what the last worker loaded
+        self.pages_in_flight = 1  # pages the worker's engine parses at once
+        self.spawned_with: Config | None = None  # the config the worker holds a copy of
+        self.fatal: Fatal | None = None
+
+    @property
+    def phase(self) -> Phase:
+        return self.state.phase
+
+    def _move(self, new: WorkerState) -> None:
+        check_transition(self.state, new)
+        self.state = new
+
+    # -- life -----------------------------------------------------------------------
+
+    def spawn(self, now: float, engine: str) -> None:
+        from daemon.worker.worker import worker_main
+
+        if self.state is WorkerState.RECOVERING:
+            self.restarts += 1
+        parent, child = self.ctx.Pipe(duplex=True)
+        proc = self.ctx.Process(
+            target=worker_main,
+            args=(child, self.cfg, engine, os.getpid()),
+            name=f"docinbox-worker[{engine}]",
+            daemon=True,
+        )
+        proc.start()
+        child.close()
+        self.proc, self.conn = proc, parent
+        self._move(WorkerState.STARTING)
+        self.deadline = now + self.cfg.worker.startup_timeout_seconds
+        self.last_heartbeat = now
+        self.docs_done = 0
+        self.started_at = now
+        self.peak_rss = 0
+        self.spawned_with = self.cfg
+        log.info("worker started (pid %s, engine %s)", proc.pid, engine)
+
+    def ready(self, engine: EngineInfo, pages_in_flight: int) -> None:
+        self.engine = engine
+        self.pages_in_flight = pages_in_flight
+        if self.state is WorkerState.STARTING:  # a stop sent while it loaded still stands
+            self._move(WorkerState.IDLE)
+        log.info("worker ready: engine %s (%s)", engine.name, engine.model_id or "no model")
+
+    def busy(self, deadline: float) -> None:
+        self._move(WorkerState.BUSY)
+        self.deadline = deadline
+
+    def idle(self) -> None:
+        self._move(WorkerState.IDLE)
+
+    def ask_to_stop(self, now: float, reason: str) -> None:
+        assert self.proc is not None and self.conn is not None
+        log.info("stopping worker (%s)", reason)
+        with contextlib.suppress(OSError):
+            self.conn.send(Stop())
+        self._move(WorkerState.STOPPING)
+        self.deadline = now + self.cfg.worker.shutdown_timeout_seconds
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.kill()
+        self.reap()
+
+    def reap(self) -> int | None:
+        code: int | None = None
+        if self.proc is not None:
+            self.proc.join(timeout=5)
+            code = self.proc.exitcode
+            if code is not None:
+                self.proc.close()
+        if self.conn is not None:
+            self.conn.close()
+        self.proc, self.conn = None, None
+        self._move(WorkerState.DOWN)
+        self.rss = 0
+        return code
+
+    def recover(self, now: float) -> None:
+        """The worker died or was killed for a fault: its successor is a restart, after a
+        backoff that doubles with each consecutive failure."""
+        self._move(WorkerState.RECOVERING)
+        base = self.cfg.worker.restart_backoff_seconds
+        delay = min(
+            base * (2 ** max(0, self.consecutive_failures - 1)),
+            self.cfg.worker.restart_backoff_max_seconds,
+        )
+        self.restart_at = now + (delay if self.consecutive_failures else 0.0)
+        if delay and self.consecutive_failures:
+            log.warning("restarting the worker in %.0f s", delay)
+
+    def cannot_run(self, message: str, hint: str) -> None:
+        """The engine cannot run and nothing stands in: the daemon gives up."""
+        self._move(WorkerState.FATAL)
+        self.fatal = Fatal(message, hint)
+        log.error("%s%s", message, f" (to fix: {hint})" if hint else "")
+
+    def recycle_due(self) -> bool:
+        """Replace the worker at this document boundary: it did its share of documents,
+        grew too big, or holds a config that changed since (SIGHUP)."""
+        held = self.spawned_with
+        if held is not None and _worker_view(held) != _worker_view(self.cfg):
+            return True
+        if self.docs_done >= self.cfg.worker.recycle_after_documents:
+            return True
+        # Only a worker that has done something: one over the limit from its start (a model
+        # bigger than max_rss_mb) would otherwise be replaced forever without taking a job.
+        return self.docs_done > 0 and self.over_memory()
+
+    def over_memory(self) -> bool:
+        return self.rss > self.cfg.worker.max_rss_mb * _MiB
+
+    # -- the pipe ---------------------------------------------------------------------
+
+    def send(self, msg: Request) -> None:
+        assert self.conn is not None
+        # A dead worker makes this raise; check() sees the death on this tick.
+        with contextlib.suppress(OSError):
+            self.conn.send(msg)
+
+    def receive(self, now: float) -> Reply | None:
+        """The next message the worker sent, or None when none waits (or it is gone)."""
+        if self.conn is None:
+            return None
+        try:
+            if not self.conn.poll():
+                return None
+            msg: Reply = self.conn.recv()
+        except (EOFError, OSError):
+            return None  # the process is gone; check() sees the exit
+        self.last_heartbeat = now
+        return msg
+
+    def wait(self, timeout: float) -> None:
+        """Sleep until the worker sends something or `timeout` seconds pass."""
+        conn = self.conn
+        if conn is None:
+            time.sleep(timeout)
+            return
+        try:
+            # Also wakes at the pipe's end-of-file: the worker is exiting, and the next
+            # tick reaps it.
+            multiprocessing.connection.wait([conn], timeout)
+        except (OSError, ValueError):  # closed under us: the next tick sees the exit
+            time.sleep(timeout)
+
+    # -- health -----------------------------------------------------------------------
+
+    def check(self, now: float) -> Trouble | None:
+        """Look at the worker once per tick: its memory, whether it lives, its deadlines
+        and heartbeats. A worker in trouble is gone when this returns."""
+        assert self.proc is not None
+        try:
+            self.rss = psutil.Process(self.proc.pid).memory_info().rss if self.proc.pid else 0
+            self.peak_rss = max(self.peak_rss, self.rss)
+        except psutil.Error:
+            self.rss = 0
+        state = self.state
+        if not self.proc.is_alive():
+            code = self.reap()
+            if state is WorkerState.STOPPING:
+                log.info("worker stopped")
+                self.restart_at = now
+                return None
+            return self._crashed(now, f"the worker {exit_reason(code)}")
+        overdue = now > self.deadline
+        if state is WorkerState.STOPPING and overdue:
+            log.warning("worker did not stop in time; killing it")
+            self.kill()
+            self.restart_at = now
+            return None
+        if state is WorkerState.STARTING and overdue:
+            self.kill()
+            return self._crashed(now, "the engine did not load within startup_timeout_seconds")
+        if state is WorkerState.BUSY and overdue:
+            self.kill()
+            return Overdue()
+        silent = now - self.last_heartbeat > self.cfg.worker.heartbeat_timeout_seconds
+        if state in (WorkerState.IDLE, WorkerState.BUSY) and silent:
+            self.kill()
+            return self._crashed(now, "the worker stopped sending heartbeats")
+        return None
+
+    def _crashed(self, now: float, reason: str) -> Crashed:
+        self.consecutive_failures += 1
+        self.recover(now)
+        return Crashed(reason)
+
+    def facts(self, switches: int) -> WorkerFacts:
+        return WorkerFacts(
+            phase=self.phase.value,
+            pid=self.proc.pid if self.proc is not None else None,
+            rss=self.rss,
+            peak_rss=self.peak_rss,
+            restarts=self.restarts,
+            switches=switches,
+        )

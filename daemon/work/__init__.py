@@ -1,3 +1,0 @@
-"""The worker and its supervisor: one long-lived model process, fed page by page over typed
-messages.
-"""
