@@ -21,12 +21,9 @@ from PIL import Image, ImageDraw
 from daemon.config.settings import Config, EngineConfig
 from daemon.document.page import PageInput, PageOptions, PageResult, no_progress
 from daemon.engines.mineru.engine import MinerUEngine, client_defaults, make_helper, run_page
-from daemon.engines.mineru.runtimes.base import Prediction
+from daemon.engines.mineru.runtimes.base import GenRequest, Prediction, RowDone, capped
 from daemon.engines.mineru.runtimes.transformers_generate import (
     BLOCK,
-    GenRequest,
-    RowDone,
-    capped,
     estimate_prompt_tokens,
     plan_batches,
 )

@@ -46,16 +46,19 @@ from daemon.document.page import (
     PageResult,
     ProgressFn,
 )
-from daemon.engines.mineru.runtimes.base import Prediction, Runtime
+from daemon.engines.mineru.runtimes.base import (
+    GenRequest,
+    Prediction,
+    PredictManyFn,
+    RowDone,
+    Runtime,
+    capped,
+)
 from daemon.engines.mineru.runtimes.transformers_generate import (
     BLOCK,
     LAYOUT,
     BatchedGenerator,
-    GenRequest,
     PageBatcher,
-    PredictManyFn,
-    RowDone,
-    capped,
 )
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ llama.cpp.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,6 +32,34 @@ class Prediction:
 
     text: str
     tokens: int  # generated tokens, EOS included: for throughput figures and truncation
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    """One image + prompt to complete, with MinerU's sampling params and our token cap."""
+
+    image: Any  # PIL.Image.Image
+    prompt: str
+    params: Any  # mineru_vl_utils SamplingParams | None
+    max_new_tokens: int
+
+
+# Called with a request's index (in the list given) as soon as its row has finished.
+RowDone = Callable[[int], None]
+# predict_many(requests, on_done) -> one Prediction per request, in order.
+PredictManyFn = Callable[[Sequence[GenRequest], RowDone], list[Prediction]]
+
+
+def capped(params: Any, max_new_tokens: int) -> Any:
+    """MinerU's params with an explicit token cap (it leaves it unset: up to 32k tokens)."""
+    import dataclasses
+
+    from mineru_vl_utils import MinerUSamplingParams
+
+    if params is None:
+        return MinerUSamplingParams(max_new_tokens=max_new_tokens)
+    return dataclasses.replace(params, max_new_tokens=max_new_tokens)
+
 
 # The keys themselves (engine.runtime, engine.http.*, engine.llama_cpp.*) are declared
 # once, in daemon/config/settings.py (EngineHttpConfig, LlamaCppConfig).

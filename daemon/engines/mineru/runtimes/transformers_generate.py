@@ -32,12 +32,12 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.engines.mineru.runtimes.base import Prediction
+from daemon.engines.mineru.runtimes.base import GenRequest, Prediction, RowDone, capped
 
 # Upper bound on the padded prompt tokens of one batch (rows x longest prompt): bounds the
 # prefill's activation and attention memory when several large table crops meet.
@@ -49,22 +49,6 @@ MAX_LENGTH_RATIO = 2.0
 _PIXELS_PER_TOKEN = 28 * 28
 # Chat template, system prompt and MinerU's task prompt around the image tokens.
 _TEXT_TOKENS = 40
-
-
-@dataclass(frozen=True)
-class GenRequest:
-    """One image + prompt to complete, with MinerU's sampling params and our token cap."""
-
-    image: Any  # PIL.Image.Image
-    prompt: str
-    params: Any  # mineru_vl_utils SamplingParams | None
-    max_new_tokens: int
-
-
-# Called with a request's index (in the list given) as soon as its row has finished.
-RowDone = Callable[[int], None]
-# predict_many(requests, on_done) -> one Prediction per request, in order.
-PredictManyFn = Callable[[Sequence[GenRequest], RowDone], list[Prediction]]
 
 
 def estimate_prompt_tokens(image: Any, max_pixels: int = 1_003_520) -> int:
@@ -434,14 +418,3 @@ class PageBatcher:
 def _remap(on_done: RowDone, rows: list[int]) -> RowDone:
     """Row index within a batch -> index in the caller's request list."""
     return lambda row: on_done(rows[row])
-
-
-def capped(params: Any, max_new_tokens: int) -> Any:
-    """MinerU's params with an explicit token cap (it leaves it unset: up to 32k tokens)."""
-    import dataclasses
-
-    from mineru_vl_utils import MinerUSamplingParams
-
-    if params is None:
-        return MinerUSamplingParams(max_new_tokens=max_new_tokens)
-    return dataclasses.replace(params, max_new_tokens=max_new_tokens)
