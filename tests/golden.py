@@ -22,7 +22,7 @@ from daemon.engines.mineru import engine as mineru
 from daemon.engines.mineru.engine import Prediction, run_page
 from daemon.input import raster
 from daemon.input.sniff import inspect as inspect_document
-from daemon.input.textlayer import pdf_text_layer
+from daemon.input.textlayer import with_text_layer
 from daemon.output.formats.middle import PageData
 from daemon.output.publish import DocumentFiles, document_files
 from daemon.work.crops import finish_page
@@ -111,9 +111,9 @@ def replay(stem: str, variant: str) -> Replay:
                                       max_long_side=100_000, max_image_pixels=10**9)
             canned_model = CannedModel(page_json, ocr_json)
             result = run_page(
-                page, options, no_progress, helper=helper, prompts=defaults["prompts"],
-                sampling_params=defaults["sampling_params"], predict=canned_model.predict,
-                text_layer=lambda p: pdf_text_layer(pdf, None, p.page_idx),
+                with_text_layer(page, options), options, no_progress, helper=helper,
+                prompts=defaults["prompts"], sampling_params=defaults["sampling_params"],
+                predict=canned_model.predict,
             )
             result = finish_page(page, result)
             pages.append(PageData(page_idx=page.page_idx, blocks=tuple(result.blocks),

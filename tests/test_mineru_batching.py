@@ -186,7 +186,6 @@ def test_run_page_maps_batched_results_to_their_blocks_and_counts_progress() -> 
         prompts=defaults["prompts"],
         sampling_params=defaults["sampling_params"],
         predict=fake.predict,
-        text_layer=None,
         predict_many=fake.predict_many,
     )
     assert fake.seen == [["\nText Recognition:", "\nTable Recognition:", "\nText Recognition:"]]

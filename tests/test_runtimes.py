@@ -95,6 +95,7 @@ def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
     from daemon.document.page import SOURCE_TEXT_LAYER
     from daemon.input.raster import render_page
     from daemon.input.sniff import inspect
+    from daemon.input.textlayer import with_text_layer
     from tests.docgen import make_text_pdf
 
     lines = [f"Line {i} of a born-digital page, read from its own text layer." for i in range(12)]
@@ -108,7 +109,7 @@ def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
     try:
         options = PageOptions(text_layer="auto", max_new_tokens_layout=64,
                               max_new_tokens_block=64)
-        result = engine.parse_page(rendered, options, no_progress)
+        result = engine.parse_page(with_text_layer(rendered, options), options, no_progress)
     finally:
         engine.close()
     assert result.info["text_layer"] == "used"

@@ -32,7 +32,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daemon.common.errors import DocumentError
 from daemon.document.page import (
     EQUATION,
     SOURCE_MODEL,
@@ -63,8 +62,8 @@ from daemon.engines.mineru.runtimes.transformers_generate import (
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig
+    from daemon.document.page import TextLine
     from daemon.engines.mineru.runtimes.transformers_model import LoadedModel
-    from daemon.input.textlayer import TextLine
 
 __all__ = ["MinerUEngine", "Prediction", "run_page"]
 
@@ -106,8 +105,6 @@ _EQ_WRAP_RE = re.compile(r"^\s*\\\[\s*(.*?)\s*\\\]\s*$", re.DOTALL)
 
 # predict(image, prompt, sampling_params, max_new_tokens) -> Prediction
 PredictFn = Callable[[Any, str, Any, int], Prediction]
-# reads the text layer of one page; None when there is none to use
-TextLayerFn = Callable[[PageInput], "Sequence[TextLine] | None"]
 
 
 @dataclass
@@ -202,7 +199,6 @@ def run_page(
     prompts: dict[str, str],
     sampling_params: dict[str, Any],
     predict: PredictFn,
-    text_layer: TextLayerFn | None,
     predict_many: PredictManyFn | None = None,
 ) -> PageResult:
     """One page through MinerU's two steps. Model-free apart from `predict`/`predict_many`.
@@ -238,24 +234,23 @@ def run_page(
 
     # --- text-layer fill for born-digital PDFs.
     filled: dict[int, str] = {}
-    if options.text_layer == "auto" and text_layer is not None and page.pdf_path is not None:
+    if page.text_layer is not None:
         t1 = time.monotonic()
-        try:
-            lines = text_layer(page)
-        except DocumentError:
+        if page.text_layer.error is not None:
             # A broken text layer on a page that rendered fine: the pixels still work.
-            lines, stats.text_layer = None, "error"
-        if lines is not None:
+            stats.text_layer = "error"
+        else:
             from daemon.input.textlayer import text_layer_is_trustworthy
 
+            lines = page.text_layer.lines
             if text_layer_is_trustworthy(lines):
                 filled = fill_from_text_layer(blocks, lines)
                 stats.text_layer = "used"
             else:
                 stats.text_layer = "untrustworthy"
         stats.text_layer_seconds = time.monotonic() - t1
-    elif options.text_layer == "auto":
-        stats.text_layer = "no_pdf" if page.pdf_path is None else "off"
+    elif options.text_layer == "auto" and page.pdf_path is None:
+        stats.text_layer = "no_pdf"  # nothing to read: an image
 
     # --- step 2: recognition of each remaining block, cropped from the full-resolution page.
     t2 = time.monotonic()
@@ -561,14 +556,6 @@ class MinerUEngine:
                 future.cancel()
         return [results[row] for row in range(len(requests))]
 
-    @staticmethod
-    def _text_layer(page: PageInput) -> Sequence[TextLine] | None:
-        if page.pdf_path is None:
-            return None
-        from daemon.input.textlayer import pdf_text_layer
-
-        return pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
-
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
         """One page. Thread-safe for every runtime: the helper keeps no per-page state, the
         remote runtimes' predict() may be called from several threads, and the local
@@ -583,7 +570,6 @@ class MinerUEngine:
             helper=self._client.helper,
             prompts=self._client.prompts,
             sampling_params=self._client.sampling_params,
-            text_layer=self._text_layer,
         )
         if self._remote is not None:
             return step(
