@@ -28,17 +28,12 @@ from daemon.document.page import (
     PageText,
     TextLine,
 )
-from daemon.engines.mineru.engine import (
-    Prediction,
-    client_defaults,
-    join_text_lines,
-    make_helper,
-    run_page,
-)
+from daemon.engines.mineru.engine import Prediction, join_text_lines, run_page
 from daemon.engines.mineru.runtimes.transformers_model import auto_precision, resolve_weights
 from daemon.engines.registry import create_engine
 from daemon.output.formats import content_list, markdown
 from daemon.output.formats.middle import PageData, build_middle
+from tests.golden import Canned
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
 
 LAYOUT_PROMPT = "\nLayout Detection:"
@@ -93,20 +88,11 @@ def run(
     lines: list[TextLine] | None = None,
     progress: Progress | None = None,
 ) -> Any:
-    defaults = client_defaults()
     page = page or PageInput(Image.new("RGB", (2000, 3000), "white"), 0, 1, 200)
     options = options or PageOptions(max_new_tokens_layout=300, max_new_tokens_block=50)
     if lines is not None and options.text_layer == "auto":  # as with_text_layer decides
         page = dataclasses.replace(page, text_layer=PageText(tuple(lines)))
-    return run_page(
-        page,
-        options,
-        progress or Progress(),
-        helper=make_helper(),
-        prompts=defaults["prompts"],
-        sampling_params=defaults["sampling_params"],
-        predict=fake,
-    )
+    return run_page(page, options, progress or Progress(), Canned(fake))
 
 
 PAGE_LAYOUT = (

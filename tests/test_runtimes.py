@@ -160,7 +160,7 @@ def test_llama_cpp_pages_in_the_engine_together_share_its_slots() -> None:
     llama = LlamaCppConfig(model=TINY_MAIN, mmproj=TINY_MMPROJ, threads=1, parallel=2)
     engine = MinerUEngine(EngineConfig(runtime="llama-cpp", llama_cpp=llama, page_batch=3))
     engine.load()
-    runtime: Any = engine._remote
+    runtime: Any = engine.runtime
     counting = CountingEngine(runtime.engine)
     runtime.engine = counting
     try:
@@ -224,7 +224,7 @@ def test_pages_and_blocks_in_flight_reach_the_server_together(server: LlamaServe
             )
         for result in results:
             assert_tiny_page(result)
-        remote: Any = engine._remote
+        remote: Any = engine.runtime
         assert remote.peak_in_flight == 4  # never more than max_in_flight
         assert watcher.peak >= 2, "the server never had two requests at once"
     finally:
