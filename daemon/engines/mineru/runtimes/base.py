@@ -99,6 +99,10 @@ class GenRequest:
     params: SamplingParams | None  # None: MinerU's defaults
     max_new_tokens: int
 
+    def capped_params(self) -> SamplingParams:
+        """`params` with our cap set: what a backend is handed (see `capped`)."""
+        return capped(self.params, self.max_new_tokens)
+
 
 StepKind = Literal["layout", "block"]
 LAYOUT: Final = "layout"
@@ -116,6 +120,18 @@ class PageStep:
 
 # Called with a request's index (in the list given) as soon as its row has finished.
 RowDone = Callable[[int], None]
+
+
+def open_client(backend: str, options: ClientOptions, **backend_args: object) -> Any:
+    """mineru_vl_utils' MinerUClient for `backend`, with `options` (the flags every runtime
+    shares, so every runtime gives the same output) and no progress bars.
+
+    Any: the library's class is untyped; a runtime keeps it as a `MinerUClient` and reads
+    its backend client (`.client`), which differs per backend, for its own calls.
+    """
+    from mineru_vl_utils import MinerUClient as Client
+
+    return Client(backend=backend, use_tqdm=False, **backend_args, **options)
 
 
 def in_turn(
@@ -218,15 +234,15 @@ class RequestRuntime:
     at once from threads (a server's continuous batching, llama.cpp's slots): a page's
     block step goes out as concurrent requests, up to `max_blocks_in_flight` for all pages.
 
-    A subclass sets `client`, `info`, `max_pages_in_flight`, implements `predict_one`, and
-    calls `__init__` with its block width once it can predict.
+    A subclass sets `info` and `max_pages_in_flight`, implements `predict_one`, and calls
+    `__init__` with its MinerU client and block width once it can predict.
     """
 
-    client: MinerUClient
     info: RuntimeInfo
     max_pages_in_flight: int
 
-    def __init__(self, max_blocks_in_flight: int) -> None:
+    def __init__(self, client: MinerUClient, max_blocks_in_flight: int) -> None:
+        self.client = client
         self.max_blocks_in_flight = max_blocks_in_flight
         self._pool: ThreadPoolExecutor | None = None
         if max_blocks_in_flight > 1:

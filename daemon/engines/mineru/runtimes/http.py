@@ -34,11 +34,10 @@ from daemon.document.page import Json
 from daemon.engines.mineru.runtimes.base import (
     ClientOptions,
     GenRequest,
-    MinerUClient,
     Prediction,
     RequestRuntime,
     RuntimeInfo,
-    capped,
+    open_client,
 )
 
 if TYPE_CHECKING:
@@ -289,20 +288,16 @@ class HttpRuntime(RequestRuntime):
                 "engine.http.server_url; the daemon re-probes it every minute",
             )
         model = choose_model(settings, probe)
-        from mineru_vl_utils import MinerUClient as Client
-
         self.settings = settings
-        client = Client(
-            backend="http-client",
+        client = open_client(
+            "http-client",
+            client_options,
             server_url=settings.server_url,
             model_name=model,
             skip_model_name_checking=True,  # done above, with a better error
             max_concurrency=settings.max_in_flight,
             http_timeout=int(settings.timeout_seconds),
-            use_tqdm=False,
-            **client_options,
         )
-        self.client: MinerUClient = client
         # Any: mineru-vl-utils' HttpVlmClient, whose request and answer helpers we call.
         self._vlm: Any = client.client
         # Requests go through our client (CA bundle, key, retries); the library's own
@@ -320,7 +315,7 @@ class HttpRuntime(RequestRuntime):
             server=probe.server,
             details={"max_in_flight": settings.max_in_flight, "served_models": list(probe.models)},
         )
-        super().__init__(max_blocks_in_flight=settings.max_in_flight)
+        super().__init__(client, max_blocks_in_flight=settings.max_in_flight)
 
     def predict_one(self, request: GenRequest) -> Prediction:
         import httpx
@@ -332,7 +327,7 @@ class HttpRuntime(RequestRuntime):
             system_prompt=self._vlm.system_prompt,
             image=images,
             prompt=request.prompt,
-            sampling_params=capped(request.params, request.max_new_tokens),
+            sampling_params=request.capped_params(),
             image_format=image_format,
             priority=None,
         )

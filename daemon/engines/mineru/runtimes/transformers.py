@@ -20,6 +20,7 @@ from daemon.engines.mineru.runtimes.base import (
     Prediction,
     RowDone,
     RuntimeInfo,
+    open_client,
 )
 
 if TYPE_CHECKING:
@@ -36,7 +37,6 @@ class TransformersRuntime:
     their rows meet in the shared `PageBatcher`, which makes one generate() call at a time."""
 
     def __init__(self, config: EngineConfig, client_options: ClientOptions) -> None:
-        from mineru_vl_utils import MinerUClient as Client
         from transformers.utils import logging as hf_logging
 
         from daemon.engines.mineru.runtimes.transformers_generate import (
@@ -48,12 +48,8 @@ class TransformersRuntime:
         # Worker logs go to journald/files: progress bars there are noise.
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         loaded = load_model(config.model, config.revision, config.precision, config.threads)
-        client = Client(
-            backend="transformers",
-            model=loaded.model,
-            processor=loaded.processor,
-            use_tqdm=False,
-            **client_options,
+        client = open_client(
+            "transformers", client_options, model=loaded.model, processor=loaded.processor
         )
         self.loaded: LoadedModel = loaded
         self.client: MinerUClient = client
