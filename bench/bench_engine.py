@@ -276,8 +276,9 @@ class BenchMinerU(MinerUEngine):
         self._log = Path(str(opts["log"]))
         first = next(iter(self._plans.values()))
         self._probe = plan_probe(first, 32, float(str(opts.get("token_scale", 1.0))))
-        client = self._client
-        instrument(client.client.model, client.helper, self._probe, generator=self._generator)
+        local: Any = self.runtime  # the transformers runtime: its client and generator
+        client = local.client
+        instrument(client.client.model, client.helper, self._probe, generator=local.generator)
         return info
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:

@@ -196,8 +196,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         record["threads"] = info.details["threads"]
         record["batch_size"] = info.details.get("batch_size")
         record["after_load"] = _rss_mb()
-        client = engine._client
-        instrument(client.client.model, client.helper, probe, generator=engine._generator)
+        local: Any = engine.runtime  # the transformers runtime: its client and generator
+        client = local.client
+        instrument(client.client.model, client.helper, probe, generator=local.generator)
         page = PageInput(
             image=image,
             page_idx=spec.get("page_idx", 0),

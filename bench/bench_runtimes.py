@@ -173,7 +173,7 @@ def throughput(args: argparse.Namespace) -> list[dict[str, Any]]:
             with SlotPeak(url) as slots, ThreadPoolExecutor(engine.max_pages_in_flight) as pool:
                 results = list(pool.map(parse, pages))
             seconds = time.monotonic() - t0
-            remote: Any = engine._remote
+            remote: Any = engine.runtime
             engine.close()
             assert all(r.blocks for r in results), "a page came back empty"
             records.append({
@@ -220,7 +220,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     t0 = time.monotonic()
     info = engine.load()
     load_seconds = time.monotonic() - t0
-    client: Any = engine._client
+    client: Any = engine.runtime.client
     original_parse = client.helper.parse_layout_output
     # bench_mineru.py's fixed layout (same page, same boxes), in MinerU's layout format.
     layout = "".join(
@@ -232,7 +232,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     if not spec.get("force", True):
         pass  # smoke runs on a scripted model (the tiny fixture): it stops by itself
     elif runtime == "transformers":
-        model: Any = engine._loaded.model  # type: ignore[union-attr]
+        loaded: Any = engine.runtime  # the transformers runtime here
+        model: Any = loaded.loaded.model
         generate = model.generate
 
         def forced(*a: Any, **kw: Any) -> Any:
@@ -242,7 +243,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
         model.generate = forced
     else:
-        vlm: Any = engine._remote.client.client  # type: ignore[union-attr]
+        remote_client: Any = engine.runtime.client
+        vlm: Any = remote_client.client
         build = vlm.build_llama_cpp_sampling_params
 
         def forced_params(params: Any) -> Any:

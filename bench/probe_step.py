@@ -45,7 +45,8 @@ class Probe:
         self.qwen, processor = loaded.model, loaded.processor
         image = Image.new("RGB", (448, 448), "white")
         prompt = [{"type": "image"}, {"type": "text", "text": "Layout Detection:"}]
-        messages = [{"role": "user", "content": prompt}]
+        messages: Any = [{"role": "user", "content": prompt}]  # content lists: wider than
+        # transformers' hint (str contents), which chat templates accept
         text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         self.inputs = processor(text=[text], images=[image], return_tensors="pt").to(
             dtype=self.qwen.dtype

@@ -376,6 +376,16 @@ def make_engine(orientation: str | None) -> Any:
     return engine
 
 
+def as_handed_on(page: Any) -> Any:
+    """The page with its PDF text layer, as the worker's pipeline hands it to the engine
+    (in an older checkout the engines read the text layer themselves)."""
+    try:
+        from daemon.input.textlayer import with_text_layer
+    except ImportError:
+        return page
+    return with_text_layer(page, PageOptions())
+
+
 def run_document(
     engine: Any, path: Path, dpi: int
 ) -> tuple[str, list[float], list[Any], list[str]]:
@@ -387,6 +397,7 @@ def run_document(
         page = render_page(
             path, info, idx, dpi=dpi, max_long_side=4000, max_image_pixels=180_000_000
         )
+        page = as_handed_on(page)
         start = time.perf_counter()
         result = engine.parse_page(page, PageOptions(), no_progress)
         seconds.append(time.perf_counter() - start)

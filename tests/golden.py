@@ -10,19 +10,26 @@ would write, so the golden tests can compare them field by field.
 
 from __future__ import annotations
 
-import inspect
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from daemon.config.settings import LimitsConfig
 from daemon.document.page import PageOptions, TextLayer, no_progress
-from daemon.engines.mineru import engine as mineru
-from daemon.engines.mineru.engine import Prediction, run_page
+from daemon.engines.mineru.engine import ModelFreeClient, Prediction, run_page
+from daemon.engines.mineru.runtimes.base import (
+    MinerUClient,
+    PageStep,
+    RowDone,
+    SamplingParams,
+    capped,
+    in_turn,
+)
 from daemon.input import raster
 from daemon.input.sniff import inspect as inspect_document
-from daemon.input.textlayer import pdf_text_layer
+from daemon.input.textlayer import with_text_layer
 from daemon.output.formats.middle import PageData
 from daemon.output.publish import DocumentFiles, document_files
 from daemon.worker.crops import finish_page
@@ -45,14 +52,26 @@ def available() -> bool:
     return GOLDEN.is_dir() and CORPUS.is_dir()
 
 
-def mineru_helper() -> Any:
-    from mineru_vl_utils.mineru_client import MinerUClientHelper
+# answer(image, prompt, params with the cap set, cap) -> Prediction
+Answer = Callable[[Any, str, SamplingParams, int], Prediction]
 
-    defaults = mineru.client_defaults()
-    names = inspect.signature(MinerUClientHelper.__init__).parameters
-    kwargs = {k: v for k, v in defaults.items() if k in names}
-    kwargs.update(MINERU_ADVANCED_FLAGS)
-    return MinerUClientHelper(backend="transformers", **kwargs)
+
+class Canned:
+    """A `Predictor` that answers each request in turn, from `answer`: the engine's page
+    function runs on it as on a runtime, without a model."""
+
+    def __init__(self, answer: Answer, client: MinerUClient | None = None) -> None:
+        self.answer = answer
+        self.client: MinerUClient = client or ModelFreeClient.make()
+
+    def predict(self, step: PageStep, on_done: RowDone) -> list[Prediction]:
+        return in_turn(
+            lambda r: self.answer(
+                r.image, r.prompt, capped(r.params, r.max_new_tokens), r.max_new_tokens
+            ),
+            step.requests,
+            on_done,
+        )
 
 
 class CannedModel:
@@ -97,8 +116,7 @@ def replay(stem: str, variant: str) -> Replay:
     ocr = json.loads((GOLDEN / stem / "advanced_ocr" / "canned_model_output.json").read_text())
     pdf = CORPUS / f"{stem}.pdf"
     info = inspect_document(pdf, passwords=(), limits=LimitsConfig())
-    helper = mineru_helper()
-    defaults = mineru.client_defaults()
+    client = ModelFreeClient.make(**MINERU_ADVANCED_FLAGS)
     options = PageOptions(text_layer=VARIANTS[variant], dpi=200)
     pages: list[PageData] = []
     crops: dict[str, bytes] = {}
@@ -110,11 +128,8 @@ def replay(stem: str, variant: str) -> Replay:
             page = raster.render_page(pdf, info, int(page_json["page_idx"]), dpi=200,
                                       max_long_side=100_000, max_image_pixels=10**9)
             canned_model = CannedModel(page_json, ocr_json)
-            result = run_page(
-                page, options, no_progress, helper=helper, prompts=defaults["prompts"],
-                sampling_params=defaults["sampling_params"], predict=canned_model.predict,
-                text_layer=lambda p: pdf_text_layer(pdf, None, p.page_idx),
-            )
+            runtime = Canned(canned_model.predict, client)
+            result = run_page(with_text_layer(page, options), options, no_progress, runtime)
             result = finish_page(page, result)
             pages.append(PageData(page_idx=page.page_idx, blocks=tuple(result.blocks),
                                   crop_names=frozenset(c.name for c in result.crops),

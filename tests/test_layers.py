@@ -97,6 +97,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.mineru.runtimes.int8_linear": (30, "worker"),
     "daemon.engines.mineru.runtimes.decoder_precision": (30, "worker"),
     "daemon.engines.mineru.runtimes.transformers_model": (30, "worker"),
+    "daemon.engines.mineru.runtimes.transformers": (30, "worker"),
     "daemon.engines.mineru.runtimes.llama_cpp": (30, "worker"),
     "daemon.engines.lite.engine": (40, "worker"),
     "daemon.engines.mineru.engine": (40, "worker"),

@@ -29,7 +29,7 @@ from daemon.engines.lite.engine import LiteEngine
 from daemon.engines.lite.lines import Line
 from daemon.engines.lite.ocr import bundled_models
 from daemon.engines.registry import create_engine
-from daemon.input import raster, sniff
+from daemon.input import raster, sniff, textlayer
 from tests import docgen
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
@@ -62,7 +62,9 @@ def page_of(path: Path, idx: int = 0, *, dpi: int = 150) -> PageInput:
 
 
 def parse(engine: LiteEngine, page: PageInput, **options: Any) -> PageResult:
-    return engine.parse_page(page, PageOptions(**options), no_progress)
+    """The page as the worker's pipeline hands it on: with its text layer where used."""
+    opts = PageOptions(**options)
+    return engine.parse_page(textlayer.with_text_layer(page, opts), opts, no_progress)
 
 
 def all_text(blocks: list[Block]) -> str:
@@ -169,7 +171,8 @@ def test_progress_is_reported(engine: LiteEngine, tmp_path: Path) -> None:
         tmp_path / "many.pdf", [[f"Line number {i} with some words" for i in range(40)]]
     )
     calls: list[tuple[int, int, str]] = []
-    engine.parse_page(page_of(pdf, dpi=72), PageOptions(), lambda d, t, w: calls.append((d, t, w)))
+    page = textlayer.with_text_layer(page_of(pdf, dpi=72), PageOptions())
+    engine.parse_page(page, PageOptions(), lambda d, t, w: calls.append((d, t, w)))
     assert calls and calls[-1] == (40, 40, "line")
     assert all(what == "line" and 0 <= done <= total for done, total, what in calls)
 

@@ -35,6 +35,7 @@ from daemon.engines.lite.lines import Line
 from daemon.engines.lite.orientation import box_to_original, upright
 from daemon.engines.lite.reading_order import is_rtl, read_page, xy_cut
 from daemon.engines.lite.regions import LayoutModel, Region
+from daemon.input.textlayer import with_text_layer
 from tests import docgen
 
 LEFT = [f"Left column line {i} reads down" for i in range(1, 11)]
@@ -162,6 +163,7 @@ def test_running_head_on_every_page_is_not_a_heading(
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     for idx in range(3):
         page = render_page(pdf, info, idx, dpi=72, max_long_side=2000, max_image_pixels=10**9)
+        page = with_text_layer(page, PageOptions())
         result = engine.parse_page(page, PageOptions(), no_progress)
         assert result.info["source"] == SOURCE_TEXT_LAYER
         heads = [b for b in result.blocks if "ZUSAMMENHANG" in b.text]
@@ -398,6 +400,7 @@ def test_born_digital_picture_is_an_image_block_without_the_layout_model(
         writer.write(fh)
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
+    page = with_text_layer(page, PageOptions())
     monkeypatch.setattr(LayoutModel, "detect", _no_layout_model)
     result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
     assert result.info["source"] == SOURCE_TEXT_LAYER
@@ -452,6 +455,7 @@ def test_a_vector_chart_is_an_image_block_and_a_ruled_table_is_not(
     )
     info = inspect(pdf, passwords=(), limits=LimitsConfig())
     page = render_page(pdf, info, 0, dpi=72, max_long_side=2000, max_image_pixels=10**9)
+    page = with_text_layer(page, PageOptions())
     monkeypatch.setattr(LayoutModel, "detect", _no_layout_model)
     result = finish_page(page, engine.parse_page(page, PageOptions(), no_progress))
     assert result.info["source"] == SOURCE_TEXT_LAYER

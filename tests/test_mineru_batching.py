@@ -21,13 +21,19 @@ from PIL import Image, ImageDraw
 from daemon.config.settings import Config, EngineConfig
 from daemon.document.page import PageInput, PageOptions, PageResult, no_progress
 from daemon.document.protocol import ParsePage
-from daemon.engines.mineru.engine import MinerUEngine, client_defaults, make_helper, run_page
-from daemon.engines.mineru.runtimes.base import Prediction
-from daemon.engines.mineru.runtimes.transformers_generate import (
+from daemon.engines.mineru.engine import MinerUEngine, ModelFreeClient, run_page
+from daemon.engines.mineru.runtimes.base import (
     BLOCK,
+    LAYOUT,
     GenRequest,
+    MinerUClient,
+    PageStep,
+    Prediction,
     RowDone,
     capped,
+)
+from daemon.engines.mineru.runtimes.transformers import TransformersRuntime
+from daemon.engines.mineru.runtimes.transformers_generate import (
     estimate_prompt_tokens,
     plan_batches,
 )
@@ -42,7 +48,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinerUEngine]:
     folder = tiny_model_once(tmp_path_factory.mktemp("tiny-mineru-batching"))
     engine = MinerUEngine(EngineConfig(model=str(folder), precision="fp32"))
     engine.load()
-    model = engine._client.client.model
+    mineru: Any = local(engine).client  # the MinerUClient, untyped
+    client = mineru.client  # its TransformersVlmClient
+    model = client.model
     # Random decoder with the usual 1/sqrt(fan_in) scale: outputs depend on image and prompt,
     # and now and then the end-of-turn token wins, so rows end at different steps.
     generator = torch.Generator().manual_seed(1)
@@ -53,9 +61,9 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinerUEngine]:
         # A random head almost never picks end-of-turn: make it win wherever one token that
         # some rows write would have won, so some rows end early and others at their cap.
         request = requests()[1]
-        processor = engine._client.client.processor
+        processor = client.processor
         text = processor.apply_chat_template(
-            engine._client.client.build_messages(request.prompt),
+            client.build_messages(request.prompt),
             tokenize=False,
             add_generation_prompt=True,
         )
@@ -67,6 +75,13 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinerUEngine]:
     engine.close()
 
 
+def local(engine: MinerUEngine) -> TransformersRuntime:
+    """The engine's transformers runtime, whose generator and batcher the tests look at."""
+    runtime = engine.runtime
+    assert isinstance(runtime, TransformersRuntime)
+    return runtime
+
+
 def block_image(width: int, height: int, seed: int) -> Image.Image:
     image = Image.new("RGB", (width, height), "white")
     draw = ImageDraw.Draw(image)
@@ -76,8 +91,8 @@ def block_image(width: int, height: int, seed: int) -> Image.Image:
 
 
 def requests() -> list[GenRequest]:
-    defaults = client_defaults()
-    prompts, params = defaults["prompts"], defaults["sampling_params"]
+    client = ModelFreeClient.make()
+    prompts, params = client.prompts, client.sampling_params
     shapes = [
         (300, 40, "[default]", 20),
         (500, 300, "table", 30),
@@ -93,11 +108,11 @@ def requests() -> list[GenRequest]:
 
 
 def test_batched_output_equals_sequential_block_by_block(engine: MinerUEngine) -> None:
-    generator = engine._generator
-    assert generator is not None
+    generator = local(engine).generator
     reqs = requests()
     # Sequential: mineru-vl-utils' own transformers client, one block per generate() call.
-    client = engine._client.client
+    mineru: Any = local(engine).client  # the MinerUClient, untyped
+    client = mineru.client  # its TransformersVlmClient
     sequential = [
         client.predict(r.image, r.prompt, capped(r.params, r.max_new_tokens)) for r in reqs
     ]
@@ -119,8 +134,7 @@ def test_batched_output_equals_sequential_block_by_block(engine: MinerUEngine) -
 
 
 def test_rows_are_reported_as_they_finish_not_when_the_batch_ends(engine: MinerUEngine) -> None:
-    generator = engine._generator
-    assert generator is not None
+    generator = local(engine).generator
     reqs = requests()[:4]
     short = GenRequest(reqs[0].image, reqs[0].prompt, reqs[0].params, 3)
     order: list[int] = []
@@ -129,8 +143,7 @@ def test_rows_are_reported_as_they_finish_not_when_the_batch_ends(engine: MinerU
 
 
 def test_rows_are_grouped_by_the_processors_own_token_count(engine: MinerUEngine) -> None:
-    generator = engine._generator
-    assert generator is not None
+    generator = local(engine).generator
     processor = generator.processor
     pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
     for size in ((28, 28), (300, 40), (2000, 3000), (700, 500)):
@@ -155,16 +168,17 @@ def test_prompt_estimate_follows_the_pixel_budget() -> None:
 
 
 class CannedBatch:
-    """predict_many with canned outputs, finishing rows in reverse order."""
+    """A runtime with canned outputs, finishing a block step's rows in reverse order."""
 
     def __init__(self, layout: str) -> None:
         self.layout = layout
         self.seen: list[list[str]] = []
+        self.client: MinerUClient = ModelFreeClient.make()
 
-    def predict(self, _image: Any, _prompt: str, _params: Any, _cap: int) -> Prediction:
-        return Prediction(self.layout, 30)
-
-    def predict_many(self, reqs: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+    def predict(self, step: PageStep, on_done: RowDone) -> list[Prediction]:
+        if step.kind == LAYOUT:
+            return [Prediction(self.layout, 30)]
+        reqs = step.requests
         self.seen.append([r.prompt for r in reqs])
         for row in reversed(range(len(reqs))):
             on_done(row)
@@ -180,17 +194,11 @@ def test_run_page_maps_batched_results_to_their_blocks_and_counts_progress() -> 
     )
     fake = CannedBatch(layout)
     calls: list[tuple[int, int, str]] = []
-    defaults = client_defaults()
     result = run_page(
         PageInput(Image.new("RGB", (1000, 1400), "white"), 0, 1, 100),
         PageOptions(max_new_tokens_block=50),
         lambda done, total, what: calls.append((done, total, what)),
-        helper=make_helper(),
-        prompts=defaults["prompts"],
-        sampling_params=defaults["sampling_params"],
-        predict=fake.predict,
-        text_layer=None,
-        predict_many=fake.predict_many,
+        fake,
     )
     assert fake.seen == [["\nText Recognition:", "\nTable Recognition:", "\nText Recognition:"]]
     text0, table, text2 = result.blocks
@@ -216,7 +224,7 @@ def test_engine_parses_a_page_through_the_batched_path(engine: MinerUEngine) -> 
 DOC_OPTIONS = PageOptions(
     text_layer="off", dpi=50, max_new_tokens_layout=40, max_new_tokens_block=12
 )
-LAYOUT_PROMPT = client_defaults()["prompts"]["[layout]"]
+LAYOUT_PROMPT = ModelFreeClient.make().prompts["[layout]"]
 
 
 @pytest.fixture(scope="module")
@@ -235,8 +243,7 @@ class Calls:
     """Each generate() call of the engine: its rows' prompts (what kind of step they are)."""
 
     def __init__(self, engine: MinerUEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-        generator = engine._generator
-        assert generator is not None
+        generator = local(engine).generator
         self.prompts: list[list[str]] = []
         original = generator.generate
 
@@ -339,8 +346,7 @@ def test_pages_batched_together_equal_pages_one_at_a_time(
 def test_a_batch_that_fails_is_run_again_page_by_page(
     reader: MinerUEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    batcher, generator = reader._batcher, reader._generator
-    assert batcher is not None and generator is not None
+    batcher, generator = local(reader).batcher, local(reader).generator
     good, bad = requests()[0], requests()[3]
     expected = generator.generate([good], lambda _row: None)
     original = generator.generate
@@ -376,8 +382,6 @@ def test_a_batch_that_fails_is_run_again_page_by_page(
 
 
 def test_a_render_that_fails_does_not_keep_the_others_waiting(reader: MinerUEngine) -> None:
-    batcher = reader._batcher
-    assert batcher is not None
     with pytest.raises(OSError), reader.coming_page():
         raise OSError("the page could not be rendered")
     # Nobody is announced any more: a lone page's layout runs at once.

@@ -8,6 +8,7 @@ so every stage runs on a real (tiny) model.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 from pathlib import Path
@@ -18,19 +19,21 @@ from PIL import Image
 
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import LOSSY_PRECISIONS, EngineConfig, LimitsConfig, Precision
-from daemon.document.page import SOURCE_MODEL, SOURCE_TEXT_LAYER, Block, PageInput, PageOptions
-from daemon.engines.mineru.engine import (
-    Prediction,
-    client_defaults,
-    join_text_lines,
-    make_helper,
-    run_page,
+from daemon.document.page import (
+    SOURCE_MODEL,
+    SOURCE_TEXT_LAYER,
+    Block,
+    PageInput,
+    PageOptions,
+    PageText,
+    TextLine,
 )
+from daemon.engines.mineru.engine import Prediction, join_text_lines, run_page
 from daemon.engines.mineru.runtimes.transformers_model import auto_precision, resolve_weights
 from daemon.engines.registry import create_engine
-from daemon.input.textlayer import TextLine
 from daemon.output.formats import content_list, markdown
 from daemon.output.formats.middle import PageData, build_middle
+from tests.golden import Canned
 from tests.tinymodel import TINY_LAYOUT, tiny_model_once
 
 LAYOUT_PROMPT = "\nLayout Detection:"
@@ -85,18 +88,11 @@ def run(
     lines: list[TextLine] | None = None,
     progress: Progress | None = None,
 ) -> Any:
-    defaults = client_defaults()
     page = page or PageInput(Image.new("RGB", (2000, 3000), "white"), 0, 1, 200)
-    return run_page(
-        page,
-        options or PageOptions(max_new_tokens_layout=300, max_new_tokens_block=50),
-        progress or Progress(),
-        helper=make_helper(),
-        prompts=defaults["prompts"],
-        sampling_params=defaults["sampling_params"],
-        predict=fake,
-        text_layer=(lambda _page: lines) if lines is not None else None,
-    )
+    options = options or PageOptions(max_new_tokens_layout=300, max_new_tokens_block=50)
+    if lines is not None and options.text_layer == "auto":  # as with_text_layer decides
+        page = dataclasses.replace(page, text_layer=PageText(tuple(lines)))
+    return run_page(page, options, progress or Progress(), Canned(fake))
 
 
 PAGE_LAYOUT = (
@@ -304,6 +300,7 @@ def test_tiny_model_with_a_born_digital_pdf_uses_its_text_layer(
 ) -> None:
     from daemon.input.raster import render_page
     from daemon.input.sniff import inspect
+    from daemon.input.textlayer import with_text_layer
     from tests.docgen import make_text_pdf
 
     body = [f"Line number {i} of the report body text." for i in range(40)]
@@ -316,6 +313,7 @@ def test_tiny_model_with_a_born_digital_pdf_uses_its_text_layer(
         pdf, doc, 0, dpi=72, max_long_side=2000, max_image_pixels=limits.max_image_pixels
     )
     assert page.pdf_path == pdf
+    page = with_text_layer(page, PageOptions())  # as the worker's pipeline hands it on
     result = engine.parse_page(page, PageOptions(), Progress())
     [block] = result.blocks
     assert block.source == SOURCE_TEXT_LAYER

@@ -13,6 +13,7 @@ from daemon.config.settings import EngineConfig, LimitsConfig
 from daemon.document.formats import DEFAULT_PATTERNS
 from daemon.input import office, sniff
 from daemon.input.raster import render_page
+from daemon.input.textlayer import with_text_layer
 from tests import docgen
 
 PARAGRAPHS = ["The quarterly report shows steady growth.", "Costs fell by four percent."]
@@ -83,6 +84,7 @@ def test_docx_is_converted_and_read_from_its_text_layer(docx: Path) -> None:
     # LibreOffice worked on a private copy: no lock file or output beside the original.
     assert sorted(p.name for p in docx.parent.iterdir()) == before
     page = render_page(docx, info, 0, dpi=100, max_long_side=2000, max_image_pixels=10**9)
+    page = with_text_layer(page, PageOptions())
     engine = LiteEngine(EngineConfig(name="lite", threads=2))
     engine.load()
     try:

@@ -17,7 +17,7 @@ from daemon.config.settings import Config, load_config
 from daemon.document.page import EngineInfo, PageInput, PageOptions, PageResult, ProgressFn
 from daemon.document.protocol import PageDone, ParsePage
 from daemon.engines.registry import create_engine
-from daemon.input import raster, sniff, textlayer
+from daemon.input import raster, sniff
 from daemon.worker.pipeline import PagePipeline
 from tests.conftest import write_config
 from tests.docgen import make_text_pdf
@@ -41,6 +41,7 @@ class GatedEngine:
         self.active = 0
         self.most_active = 0
         self.threads: dict[int, str] = {}
+        self.pages: dict[int, PageInput] = {}  # what each page's parse_page was handed
 
     def event(self, table: dict[int, threading.Event], idx: int) -> threading.Event:
         with self.lock:
@@ -55,6 +56,7 @@ class GatedEngine:
             self.active += 1
             self.most_active = max(self.most_active, self.active)
             self.threads[idx] = threading.current_thread().name
+            self.pages[idx] = page
         self.event(self.entered, idx).set()
         try:
             gate = self.gates.get(idx)
@@ -150,14 +152,16 @@ def test_one_page_at_a_time_renders_the_next_page_while_the_engine_works(
     assert renders[0] == threading.current_thread().name  # nothing was ahead yet
     assert renders[1] != threading.current_thread().name  # rendered in the background
     assert 2 not in renders and pipe.ahead == [1]  # one page ahead, no more
-    assert wait_until(lambda: (pdf, 1) in textlayer._AHEAD)  # its text layer read too
+    ahead = pipe.slots[1]
+    assert wait_until(ahead.done.is_set)
+    assert ahead.page is not None and ahead.page.text_layer is not None  # its text layer too
     assert first.info["idle_seconds"] is None  # the first page has no gap before it
     engine_seconds = first.info["engine_seconds"]
     assert isinstance(engine_seconds, float) and engine_seconds > 0
 
     second = ask(pipe, pdf, options, 1, (2,))
     assert "wombat page 1" in text_of(second)
-    assert (pdf, 1) not in textlayer._AHEAD  # the engine's own call took it
+    assert engine.pages[1] is ahead.page  # handed on as read ahead, text layer and all
     assert isinstance(second.info["idle_seconds"], float) and second.info["idle_seconds"] >= 0
     third = ask(pipe, pdf, options, 2, ())
     assert "wombat page 2" in text_of(third)

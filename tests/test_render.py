@@ -16,9 +16,9 @@ from PIL import Image
 
 from daemon.common.errors import DocumentError, FailureKind
 from daemon.config.settings import LimitsConfig
+from daemon.document.page import TextLine
 from daemon.input import raster, sniff, textlayer
 from daemon.input.sniff import DocumentInfo
-from daemon.input.textlayer import TextLine
 from tests import docgen
 
 LIMITS = LimitsConfig()

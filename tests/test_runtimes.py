@@ -95,6 +95,7 @@ def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
     from daemon.document.page import SOURCE_TEXT_LAYER
     from daemon.input.raster import render_page
     from daemon.input.sniff import inspect
+    from daemon.input.textlayer import with_text_layer
     from tests.docgen import make_text_pdf
 
     lines = [f"Line {i} of a born-digital page, read from its own text layer." for i in range(12)]
@@ -108,7 +109,7 @@ def test_http_runtime_fills_text_blocks_from_the_pdf_text_layer(
     try:
         options = PageOptions(text_layer="auto", max_new_tokens_layout=64,
                               max_new_tokens_block=64)
-        result = engine.parse_page(rendered, options, no_progress)
+        result = engine.parse_page(with_text_layer(rendered, options), options, no_progress)
     finally:
         engine.close()
     assert result.info["text_layer"] == "used"
@@ -159,7 +160,7 @@ def test_llama_cpp_pages_in_the_engine_together_share_its_slots() -> None:
     llama = LlamaCppConfig(model=TINY_MAIN, mmproj=TINY_MMPROJ, threads=1, parallel=2)
     engine = MinerUEngine(EngineConfig(runtime="llama-cpp", llama_cpp=llama, page_batch=3))
     engine.load()
-    runtime: Any = engine._remote
+    runtime: Any = engine.runtime
     counting = CountingEngine(runtime.engine)
     runtime.engine = counting
     try:
@@ -223,7 +224,7 @@ def test_pages_and_blocks_in_flight_reach_the_server_together(server: LlamaServe
             )
         for result in results:
             assert_tiny_page(result)
-        remote: Any = engine._remote
+        remote: Any = engine.runtime
         assert remote.peak_in_flight == 4  # never more than max_in_flight
         assert watcher.peak >= 2, "the server never had two requests at once"
     finally:

@@ -263,7 +263,7 @@ def make_random_reader(engine: Any, seed: int = 1) -> None:
     import torch
     from PIL import Image, ImageDraw
 
-    client = engine._client.client
+    client = engine.runtime.client.client
     model, processor = client.model, client.processor
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -281,7 +281,7 @@ def make_random_reader(engine: Any, seed: int = 1) -> None:
         ids = model.generate(**inputs, max_new_tokens=4, do_sample=False)
         eos = processor.tokenizer.convert_tokens_to_ids("<|im_end|>")
         head[eos] = head[int(ids[0, -1])] * 1.5
-    engine._client.helper.parse_layout_output = blocks_from_any_text
+    engine.runtime.client.helper.parse_layout_output = blocks_from_any_text
 
 
 def blocks_from_any_text(output: str) -> list[Any]:

@@ -3,11 +3,12 @@
 Per `engine.runtime`: transformers weights (a hub snapshot), llama.cpp's GGUF pair, or,
 for `http`, nothing to pull: `info` asks the server which models it serves.
 
-The daemon never downloads weights on its own (see `engines.mineru_model.resolve_weights`);
-these helpers are the one place that goes online. Everything honours the usual Hugging Face
-environment: HF_HOME / HF_HUB_CACHE (where), HF_ENDPOINT (mirror), HF_HUB_OFFLINE (no network),
-HF_TOKEN. The CLI wiring lives in `daemon.cli.main`; these functions raise `ModelError` with a
-plain message (and a hint) instead of printing.
+The daemon never downloads weights on its own (see `resolve_weights` in
+`engines/mineru/runtimes/transformers_model.py`); these helpers are the one place that goes
+online. Everything honours the usual Hugging Face environment: HF_HOME / HF_HUB_CACHE
+(where), HF_ENDPOINT (mirror), HF_HUB_OFFLINE (no network), HF_TOKEN. The CLI wiring lives
+in `daemon.cli.main`; these functions raise `ModelError` with a plain message (and a hint)
+instead of printing.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A parser takes (ctx, key path, YAML value) and returns the value to store, or INVALID
 after recording a Problem with a hint. Messages use YAML words ("a whole number",
 "true/false"), say where (key path and line), and suggest the closest allowed word.
-Secrets are never echoed (the caller scrubs them, see config_schema.read_fields).
+Secrets are never echoed (the caller scrubs them, see schema.read_fields).
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from daemon.common.errors import DocumentError
+
 if TYPE_CHECKING:
     from PIL import Image
 
@@ -109,6 +111,42 @@ class Crop:
 
 
 @dataclass(frozen=True)
+class TextLine:
+    """One line (or one horizontally separate piece of a line) of a PDF's text layer.
+
+    bbox is (x0, y0, x1, y1) in 0..1 of the displayed page (page rotation applied), origin
+    top-left, like `Block.bbox`. font_size is the median effective size in points.
+    """
+
+    text: str
+    bbox: tuple[float, float, float, float]
+    font_size: float | None = None
+    invisible: bool = False  # drawn with text render mode 3: an OCR layer over a scan
+    unmapped: int = 0  # characters PDFium could not map to Unicode (garbled on extraction)
+    bold: bool = False  # most characters are in a bold font (weight or font name says so)
+    # Each word of an upright line with its horizontal extent (x0, x1) in 0..1, so a line
+    # that runs across two layout boxes (a page number and a footer on one baseline) can
+    # be shared between them. Empty for rotated lines: then the line counts as a whole.
+    words: tuple[tuple[str, float, float], ...] = ()
+
+
+@dataclass(frozen=True)
+class PageText:
+    """A PDF page's own text layer, read once for the engine (`textlayer.with_text_layer`)."""
+
+    lines: tuple[TextLine, ...] = ()
+    # Why it could not be read (a broken content stream on a page that rendered fine): an
+    # engine may look at the pixels instead, or fail the page with it.
+    error: DocumentError | None = None
+
+    def checked(self) -> tuple[TextLine, ...]:
+        """The lines; raises the error the layer could not be read with."""
+        if self.error is not None:
+            raise self.error
+        return self.lines
+
+
+@dataclass(frozen=True)
 class PageInput:
     """One rendered page plus what an engine may want beyond pixels."""
 
@@ -120,6 +158,9 @@ class PageInput:
     # The password that opened the PDF; repr=False keeps it out of logs and tracebacks.
     pdf_password: str | None = field(default=None, repr=False)
     page_size_pt: tuple[float, float] | None = None  # PDF page size in points
+    # The PDF's own text layer, when `engine.text_layer` is auto and the page is a PDF's;
+    # None otherwise (engines then read the pixels only). Engines read it from here only.
+    text_layer: PageText | None = None
 
 
 # `engine.text_layer`: a born-digital PDF's own text inside layout boxes, or the model only.

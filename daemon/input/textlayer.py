@@ -1,8 +1,9 @@
 """The text a born-digital PDF already carries, as lines with boxes on the displayed page.
 
-Engines read it to skip OCR for text the producer wrote (`pdf_text_layer`, then
-`text_layer_is_trustworthy` and `text_in_bbox`). Engines import this module, never the
-rasteriser: the text layer needs PDFium only, not a rendered image.
+The worker's page pipeline reads it once per page (`with_text_layer`, the one place that
+decides whether a page's text layer is used) and hands it to the engine on `PageInput`;
+engines use it to skip OCR for text the producer wrote (`text_layer_is_trustworthy`, then
+`text_in_bbox`). The text layer needs PDFium only, not a rendered image.
 """
 
 from __future__ import annotations
@@ -11,10 +12,9 @@ import ctypes
 import math
 import re
 import statistics
-import threading
 import unicodedata
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +22,10 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from daemon.common.errors import DocumentError, FailureKind
+from daemon.document.page import PageInput, PageOptions, PageText, TextLine
 from daemon.input.sniff import PDFIUM_LOCK, load_page, open_known_pdf
 
 Box = tuple[float, float, float, float]  # normalised 0..1, origin top-left
-
-
-@dataclass(frozen=True)
-class TextLine:
-    """One line (or one horizontally separate piece of a line) of a PDF's text layer.
-
-    bbox is (x0, y0, x1, y1) in 0..1 of the displayed page (page rotation applied), origin
-    top-left, like `Block.bbox`. font_size is the median effective size in points.
-    """
-
-    text: str
-    bbox: tuple[float, float, float, float]
-    font_size: float | None = None
-    invisible: bool = False  # drawn with text render mode 3: an OCR layer over a scan
-    unmapped: int = 0  # characters PDFium could not map to Unicode (garbled on extraction)
-    bold: bool = False  # most characters are in a bold font (weight or font name says so)
-    # Each word of an upright line with its horizontal extent (x0, x1) in 0..1, so a line
-    # that runs across two layout boxes (a page number and a footer on one baseline) can
-    # be shared between them. Empty for rotated lines: then the line counts as a whole.
-    words: tuple[tuple[str, float, float], ...] = ()
 
 
 # A gap wider than this many line heights (≈1.2 em each) between characters on one baseline
@@ -68,32 +49,20 @@ class _Char:
     bold: bool
 
 
-# Text layers the worker read ahead of time (daemon.work.pipeline, while the engine worked on the
-# page before), keyed by file and page; each is handed out once, to the engine's own call.
-_AHEAD: dict[tuple[Path, int], list[TextLine]] = {}
-_AHEAD_LOCK = threading.Lock()
-_AHEAD_MAX = 4
+def with_text_layer(page: PageInput, options: PageOptions) -> PageInput:
+    """`page` with its PDF text layer (`page.text_layer`) when `engine.text_layer` is auto
+    and the page is a PDF's; `page` as it is otherwise.
 
-
-def read_ahead(path: Path, password: str | None, page_idx: int) -> None:
-    """Read a page's text layer now, so the engine's `pdf_text_layer` call for it is free.
-
-    Errors are left for the engine's own call to raise, in the page's turn.
+    The one place that decides whether engines see a text layer. A layer that cannot be
+    read is handed on as its error: the engine decides between the pixels and failing.
     """
+    if options.text_layer != "auto" or page.pdf_path is None:
+        return page
     try:
-        lines = _read_text_layer(path, password, page_idx)
-    except (DocumentError, OSError):
-        return
-    with _AHEAD_LOCK:
-        _AHEAD[(path, page_idx)] = lines
-        while len(_AHEAD) > _AHEAD_MAX:  # an engine that never asks: keep the newest only
-            del _AHEAD[next(iter(_AHEAD))]
-
-
-def forget_ahead() -> None:
-    """Drop whatever was read ahead (a new document, a stop)."""
-    with _AHEAD_LOCK:
-        _AHEAD.clear()
+        lines = pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
+    except DocumentError as exc:
+        return replace(page, text_layer=PageText(error=exc))
+    return replace(page, text_layer=PageText(tuple(lines)))
 
 
 def pdf_text_layer(path: Path, password: str | None, page_idx: int) -> list[TextLine]:
@@ -102,14 +71,6 @@ def pdf_text_layer(path: Path, password: str | None, page_idx: int) -> list[Text
     Reading order is the producer's content order, which for most born-digital files is
     reading order within a column; engines sort blocks themselves.
     """
-    with _AHEAD_LOCK:
-        lines = _AHEAD.pop((path, page_idx), None)
-    if lines is not None:
-        return lines
-    return _read_text_layer(path, password, page_idx)
-
-
-def _read_text_layer(path: Path, password: str | None, page_idx: int) -> list[TextLine]:
     with PDFIUM_LOCK:
         doc = open_known_pdf(path, password)
         try:

@@ -7,14 +7,17 @@ next page to be rendered (a second or more at 200 DPI). So, within one document:
 
 - an engine that takes one page at a time (`max_pages_in_flight` 1, every in-process
   engine) parses in the worker's main thread while ONE background thread renders the next
-  lookahead page and reads its PDF text layer (`textlayer.read_ahead`: the engine's own
-  `pdf_text_layer` call then costs nothing): at most one page ahead, so memory holds two
+  lookahead page and reads its PDF text layer: at most one page ahead, so memory holds two
   pages at most;
 - an engine that declares `max_pages_in_flight` k > 1 (a remote inference server, whose
   batching wants many requests, or the `mineru` engine batching several pages' model steps
   together, engine.page_batch) gets up to k pages parsed at once, each in its own thread
   (render, then `parse_page`, inside the engine's `coming_page()` so a batch being formed
   waits for the page); its `parse_page` must be thread-safe.
+
+Every page is prepared the same way, ahead or not: rendered, then its PDF text layer read
+when the options let engines use it (`textlayer.with_text_layer`), and handed to the
+engine on its `PageInput`.
 
 Answers still go out strictly in page order and only when asked: a page prepared or parsed
 ahead waits here until its request comes. A new document, a stop, or a request whose
@@ -144,14 +147,6 @@ class PagePipeline:
         """Discard everything worked on ahead; running threads finish into nothing."""
         self.closed = True
         self.slots.clear()
-        if self._wants_text_layer():
-            from daemon.input import textlayer
-
-            textlayer.forget_ahead()
-
-    def _wants_text_layer(self) -> bool:
-        # What the engines read with `textlayer.pdf_text_layer` when the option lets them.
-        return self.doc.kind == "pdf" and self.options.text_layer == "auto"
 
     @property
     def ahead(self) -> list[int]:
@@ -251,10 +246,6 @@ class PagePipeline:
     def _work_on(self, slot: _Slot) -> None:
         try:
             slot.page = self._render(slot.page_idx)
-            if not slot.parse and not self.closed and self._wants_text_layer():
-                from daemon.input import textlayer
-
-                textlayer.read_ahead(self.path, self.doc.password, slot.page_idx)
             if slot.parse and not self.closed:
                 slot.idle_seconds = self.busy.enter()
                 try:
@@ -271,10 +262,11 @@ class PagePipeline:
             slot.done.set()
 
     def _render(self, page_idx: int) -> PageInput:
-        from daemon.input import raster
+        """The page as the engine gets it: its pixels, and its text layer where used."""
+        from daemon.input import raster, textlayer
 
         with self.render_lock:
-            return raster.render_page(
+            page = raster.render_page(
                 self.path,
                 self.doc,
                 page_idx,
@@ -282,6 +274,7 @@ class PagePipeline:
                 max_long_side=self.options.max_long_side,
                 max_image_pixels=self.cfg.limits.max_image_pixels,
             )
+        return textlayer.with_text_layer(page, self.options)
 
     def _progress(self, page_idx: int) -> ProgressFn:
         def report(done: int, total: int, what: str) -> None:

@@ -117,15 +117,14 @@ class LiteEngine:
         regions: list[rg.Region] = []
         angle = 0
         frame = page.image
-        if page.pdf_path is not None and options.text_layer == "auto":
+        if page.pdf_path is not None and page.text_layer is not None:
             from daemon.input.textlayer import (
                 pdf_image_boxes,
                 pdf_path_boxes,
-                pdf_text_layer,
                 text_layer_is_trustworthy,
             )
 
-            layer = pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
+            layer = page.text_layer.checked()
             if text_layer_is_trustworthy(layer):
                 page_h = page.page_size_pt[1] if page.page_size_pt else 792.0
                 lines = [

@@ -15,24 +15,22 @@ layout step, text-like blocks are filled from the PDF's own text layer when it i
 trustworthy (see `fill_from_text_layer`), and only tables, equations, images and untrusted
 text go to the model.
 
-Model loading and precision live in `mineru_model.py`.
+Where generate() runs is the runtime's business (`runtimes/`: transformers here, a server,
+llama.cpp): the engine holds one `Runtime` and asks it for each step of a page as a batch.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import logging
 import re
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from daemon.common.errors import DocumentError
 from daemon.document.page import (
     EQUATION,
     SOURCE_MODEL,
@@ -46,22 +44,25 @@ from daemon.document.page import (
     PageResult,
     ProgressFn,
 )
-from daemon.engines.mineru.runtimes.base import Prediction, Runtime
-from daemon.engines.mineru.runtimes.transformers_generate import (
+from daemon.engines.mineru.runtimes.base import (
     BLOCK,
     LAYOUT,
-    BatchedGenerator,
+    ClientOptions,
     GenRequest,
-    PageBatcher,
-    PredictManyFn,
+    Helper,
+    LayoutBlock,
+    PageStep,
+    Prediction,
+    Predictor,
     RowDone,
-    capped,
+    Runtime,
+    SamplingParams,
+    StepKind,
 )
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig
-    from daemon.engines.mineru.runtimes.transformers_model import LoadedModel
-    from daemon.input.textlayer import TextLine
+    from daemon.document.page import TextLine
 
 __all__ = ["MinerUEngine", "Prediction", "run_page"]
 
@@ -101,12 +102,6 @@ _HEADING_RE = re.compile(r"^(#{1,6})\s+")
 _EQ_WRAP_RE = re.compile(r"^\s*\\\[\s*(.*?)\s*\\\]\s*$", re.DOTALL)
 
 
-# predict(image, prompt, sampling_params, max_new_tokens) -> Prediction
-PredictFn = Callable[[Any, str, Any, int], Prediction]
-# reads the text layer of one page; None when there is none to use
-TextLayerFn = Callable[[PageInput], "Sequence[TextLine] | None"]
-
-
 @dataclass
 class PageStats:
     layout_seconds: float = 0.0
@@ -119,36 +114,59 @@ class PageStats:
     text_layer_blocks: int = 0
     model_blocks: int = 0
     text_layer: str = "off"  # off | no_pdf | used | untrustworthy | error
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Json] = field(default_factory=dict)
 
-    def as_info(self) -> dict[str, Any]:
-        info = dataclasses.asdict(self)
-        info.update(info.pop("extra"))
+    def as_info(self) -> dict[str, Json]:
+        info: dict[str, Json] = dataclasses.asdict(self)
+        extra = info.pop("extra")
+        assert isinstance(extra, dict)
+        info.update(extra)
         for key in ("layout_seconds", "recognition_seconds", "text_layer_seconds"):
-            info[key] = round(info[key], 3)
+            value = info[key]
+            assert isinstance(value, float)
+            info[key] = round(value, 3)
         return info
 
 
-def client_defaults() -> dict[str, Any]:
+def client_defaults() -> dict[str, object]:
     """MinerUClient's own defaults for its helper (prompts, sizes, post-processing flags).
 
     Read from the signature instead of copied, so the helper we build for tests (without a
     model) and the one the engine gets from a real client stay identical across versions.
     """
-    from mineru_vl_utils import MinerUClient
+    from mineru_vl_utils import MinerUClient as Client
 
-    params = inspect.signature(MinerUClient.__init__).parameters
+    params = inspect.signature(Client.__init__).parameters
     return {name: p.default for name, p in params.items() if p.default is not p.empty}
 
 
-def make_helper() -> Any:
-    """A `MinerUClientHelper` configured exactly as `MinerUClient(backend="transformers")`."""
+def make_helper(**flags: bool) -> Helper:
+    """A `MinerUClientHelper` configured exactly as `MinerUClient(backend="transformers")`,
+    with `flags` (client options such as `image_analysis`) laid over its defaults."""
     from mineru_vl_utils.mineru_client import MinerUClientHelper
 
     d = client_defaults()
     names = inspect.signature(MinerUClientHelper.__init__).parameters
     kwargs = {k: v for k, v in d.items() if k in names}
-    return MinerUClientHelper(backend="transformers", **kwargs)
+    helper: Helper = MinerUClientHelper(backend="transformers", **{**kwargs, **flags})
+    return helper
+
+
+@dataclass
+class ModelFreeClient:
+    """MinerUClient's helper, prompts and sampling params without a model: for replaying a
+    model's answers through `run_page` (tests, the golden replay, benches)."""
+
+    helper: Helper
+    prompts: dict[str, str]
+    sampling_params: dict[str, SamplingParams | None]
+
+    @classmethod
+    def make(cls, **flags: bool) -> ModelFreeClient:
+        d = client_defaults()
+        prompts, params = d["prompts"], d["sampling_params"]
+        assert isinstance(prompts, dict) and isinstance(params, dict)
+        return cls(make_helper(**flags), prompts, params)
 
 
 def join_text_lines(text: str) -> str:
@@ -171,7 +189,9 @@ def join_text_lines(text: str) -> str:
     return out
 
 
-def fill_from_text_layer(blocks: Sequence[Any], lines: Sequence[TextLine]) -> dict[int, str]:
+def fill_from_text_layer(
+    blocks: Sequence[LayoutBlock], lines: Sequence[TextLine]
+) -> dict[int, str]:
     """Fill text-like blocks from the text-layer lines inside their box.
 
     Returns {id(block): text} for the blocks that were filled (the caller skips the model
@@ -183,153 +203,159 @@ def fill_from_text_layer(blocks: Sequence[Any], lines: Sequence[TextLine]) -> di
     for block in blocks:
         if block.type not in TEXT_LIKE_TYPES:
             continue
-        text = join_text_lines(text_in_bbox(lines, tuple(block.bbox)))
+        x0, y0, x1, y1 = block.bbox
+        text = join_text_lines(text_in_bbox(lines, (x0, y0, x1, y1)))
         if text:
             block.content = text
             filled[id(block)] = text
     return filled
 
 
+@dataclass
+class PageRun:
+    """One page on its way through MinerU's two steps: what each step reads and counts."""
+
+    page: PageInput
+    options: PageOptions
+    progress: ProgressFn
+    runtime: Predictor
+    stats: PageStats = field(default_factory=PageStats)
+
+    def ask(self, kind: StepKind, requests: list[GenRequest], on_done: RowDone) -> list[Prediction]:
+        return self.runtime.predict(PageStep(self.page.page_idx, kind, requests), on_done)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The layout step's answer: the page's blocks, and where each stood in the answer."""
+
+    blocks: list[LayoutBlock]
+    index: dict[int, int]  # id(block) -> its line in the layout answer (MinerU names crops so)
+    prompt: str
+    raw: str
+
+
 def run_page(
-    page: PageInput,
-    options: PageOptions,
-    progress: ProgressFn,
-    *,
-    helper: Any,
-    prompts: dict[str, str],
-    sampling_params: dict[str, Any],
-    predict: PredictFn,
-    text_layer: TextLayerFn | None,
-    predict_many: PredictManyFn | None = None,
+    page: PageInput, options: PageOptions, progress: ProgressFn, runtime: Predictor
 ) -> PageResult:
-    """One page through MinerU's two steps. Model-free apart from `predict`/`predict_many`.
+    """One page through MinerU's two steps. Model-free apart from `runtime.predict`.
 
     Separated from the engine class so tests can drive the parsing, text-layer fill,
-    post-processing and mapping with canned model outputs. `predict_many` recognises all
-    blocks of the page in one call (batched, or concurrently, as the runtime sees fit) and
-    reports each finished block; without it the blocks go through `predict` one by one.
+    post-processing and mapping with canned model outputs: `runtime` is any `Predictor`.
     """
-    stats = PageStats()
-    image = page.image
-
-    # --- step 1: layout on the page resized to MinerU's fixed 1036x1036.
-    progress(0, 1, "layout")
-    t0 = time.monotonic()
-    layout_image = helper.prepare_for_layout(image)
-    layout_prompt = prompts.get("[layout]") or prompts["[default]"]
-    layout_params = sampling_params.get("[layout]") or sampling_params.get("[default]")
-    out = predict(
-        layout_image,
-        layout_prompt,
-        capped(layout_params, options.max_new_tokens_layout),
-        options.max_new_tokens_layout,
+    run = PageRun(page, options, progress, runtime)
+    layout = layout_step(run)
+    filled = text_layer_step(run, layout.blocks)
+    answers, filled = block_step(run, layout, filled)
+    # MinerU's post-processing, then our Blocks.
+    processed = runtime.client.helper.post_process(layout.blocks)
+    for block in processed:
+        # MinerU's text fixers target model LaTeX/Markdown; text-layer text stays verbatim.
+        if id(block) in filled:
+            block.content = filled[id(block)]
+    model_output: dict[str, Json] = {
+        "page_size": list(page.image.size),
+        "layout": {"prompt": layout.prompt, "raw_output": layout.raw},
+        "blocks": answers,
+        "text_layer_blocks": [
+            {"index": layout.index[key], "text": text} for key, text in filled.items()
+        ],
+    }
+    return PageResult(
+        blocks=to_blocks(processed, set(filled), layout.index),
+        info=run.stats.as_info(),
+        model_output=model_output,
     )
-    blocks = helper.parse_layout_output(out.text)
-    layout_index = {id(b): i for i, b in enumerate(blocks)}
+
+
+def layout_step(run: PageRun) -> Layout:
+    """Step 1: the layout, on the page resized to MinerU's fixed 1036x1036."""
+    client, stats, cap = run.runtime.client, run.stats, run.options.max_new_tokens_layout
+    run.progress(0, 1, "layout")
+    t0 = time.monotonic()
+    prompt = client.prompts.get("[layout]") or client.prompts["[default]"]
+    params = client.sampling_params.get("[layout]") or client.sampling_params.get("[default]")
+    request = GenRequest(client.helper.prepare_for_layout(run.page.image), prompt, params, cap)
+    (out,) = run.ask(LAYOUT, [request], lambda _row: None)
+    blocks = client.helper.parse_layout_output(out.text)
     stats.layout_seconds = time.monotonic() - t0
     stats.layout_decode_tokens = out.tokens
     stats.decode_tokens += out.tokens
-    stats.layout_truncated = out.tokens >= options.max_new_tokens_layout
+    stats.layout_truncated = out.tokens >= cap
     stats.extra["layout_blocks"] = len(blocks)
-    progress(1, 1, "layout")
+    run.progress(1, 1, "layout")
+    return Layout(blocks, {id(b): i for i, b in enumerate(blocks)}, prompt, out.text)
 
-    # --- text-layer fill for born-digital PDFs.
+
+def text_layer_step(run: PageRun, blocks: list[LayoutBlock]) -> dict[int, str]:
+    """Born-digital PDFs: text-like blocks filled from the page's own text layer."""
+    text_layer, stats = run.page.text_layer, run.stats
+    if text_layer is None:
+        if run.options.text_layer == "auto" and run.page.pdf_path is None:
+            stats.text_layer = "no_pdf"  # nothing to read: an image
+        return {}
+    t1 = time.monotonic()
     filled: dict[int, str] = {}
-    if options.text_layer == "auto" and text_layer is not None and page.pdf_path is not None:
-        t1 = time.monotonic()
-        try:
-            lines = text_layer(page)
-        except DocumentError:
-            # A broken text layer on a page that rendered fine: the pixels still work.
-            lines, stats.text_layer = None, "error"
-        if lines is not None:
-            from daemon.input.textlayer import text_layer_is_trustworthy
+    if text_layer.error is not None:
+        # A broken text layer on a page that rendered fine: the pixels still work.
+        stats.text_layer = "error"
+    else:
+        from daemon.input.textlayer import text_layer_is_trustworthy
 
-            if text_layer_is_trustworthy(lines):
-                filled = fill_from_text_layer(blocks, lines)
-                stats.text_layer = "used"
-            else:
-                stats.text_layer = "untrustworthy"
-        stats.text_layer_seconds = time.monotonic() - t1
-    elif options.text_layer == "auto":
-        stats.text_layer = "no_pdf" if page.pdf_path is None else "off"
+        if text_layer_is_trustworthy(text_layer.lines):
+            filled = fill_from_text_layer(blocks, text_layer.lines)
+            stats.text_layer = "used"
+        else:
+            stats.text_layer = "untrustworthy"
+    stats.text_layer_seconds = time.monotonic() - t1
+    return filled
 
-    # --- step 2: recognition of each remaining block, cropped from the full-resolution page.
+
+def block_step(
+    run: PageRun, layout: Layout, filled: dict[int, str]
+) -> tuple[list[Json], dict[int, str]]:
+    """Step 2: each block the text layer did not fill, cropped from the full-resolution
+    page and recognised; the model's answers, and the filled blocks that are still there."""
+    helper, stats, cap = run.runtime.client.helper, run.stats, run.options.max_new_tokens_block
+    blocks = layout.blocks
     t2 = time.monotonic()
-    block_images, block_prompts, block_params, indices = helper.prepare_for_extract(image, blocks)
+    images, prompts, params, indices = helper.prepare_for_extract(run.page.image, blocks)
     # prepare_for_extract drops captions that sit inside an image (MinerU reads those with
     # the image); forget any we filled so the counts stay true.
     alive = {id(b) for b in blocks}
     filled = {key: text for key, text in filled.items() if key in alive}
     jobs = [
-        (img, prompt, params, idx)
-        for img, prompt, params, idx in zip(
-            block_images, block_prompts, block_params, indices, strict=True
-        )
+        (GenRequest(image, prompt, param, cap), idx)
+        for image, prompt, param, idx in zip(images, prompts, params, indices, strict=True)
         if id(blocks[idx]) not in filled
     ]
-    total = len(jobs)
-    cap = options.max_new_tokens_block
-    requests = [GenRequest(img, prompt, params, cap) for img, prompt, params, _ in jobs]
-    done = 0
+    total, done = len(jobs), 0
 
     def block_done(_row: int) -> None:
         # Rows of a batch finish at different steps: count them as they finish, so
         # `docinbox status` moves block by block even while a batch is decoding.
         nonlocal done
         done += 1
-        progress(done, total, "block")
+        run.progress(done, total, "block")
 
-    progress(0, total, "block")
-    results = (predict_many or _one_by_one(predict))(requests, block_done)
+    run.progress(0, total, "block")
+    results = run.ask(BLOCK, [request for request, _ in jobs], block_done)
     answers: list[Json] = []
-    for (_img, prompt, _params, idx), result in zip(jobs, results, strict=True):
-        blocks[idx].content = result.text
-        answers.append({"index": layout_index[id(blocks[idx])], "type": blocks[idx].type,
-                        "prompt": prompt, "raw_output": result.text})
+    for (request, idx), result in zip(jobs, results, strict=True):
+        block = blocks[idx]
+        block.content = result.text
+        answers.append({"index": layout.index[id(block)], "type": block.type,
+                        "prompt": request.prompt, "raw_output": result.text})
         stats.decode_tokens += result.tokens
         stats.truncated_blocks += int(result.tokens >= cap)
     stats.recognition_seconds = time.monotonic() - t2
     stats.model_blocks = total
     stats.text_layer_blocks = len(filled)
-
-    # --- MinerU's post-processing, then our Blocks.
-    processed = helper.post_process(blocks)
-    for block in processed:
-        # MinerU's text fixers target model LaTeX/Markdown; text-layer text stays verbatim.
-        if id(block) in filled:
-            block.content = filled[id(block)]
-    model_output: dict[str, Json] = {
-        "page_size": list(image.size),
-        "layout": {"prompt": layout_prompt, "raw_output": out.text},
-        "blocks": answers,
-        "text_layer_blocks": [
-            {"index": layout_index[key], "text": text} for key, text in filled.items()
-        ],
-    }
-    return PageResult(
-        blocks=to_blocks(processed, set(filled), layout_index),
-        info=stats.as_info(),
-        model_output=model_output,
-    )
-
-
-def _one_by_one(predict: PredictFn) -> PredictManyFn:
-    """`predict_many` for a runtime that only predicts one request at a time."""
-
-    def predict_many(requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
-        results = []
-        for row, request in enumerate(requests):
-            cap = request.max_new_tokens
-            results.append(predict(request.image, request.prompt, capped(request.params, cap), cap))
-            on_done(row)
-        return results
-
-    return predict_many
+    return answers, filled
 
 
 def to_blocks(
-    content_blocks: Sequence[Any],
+    content_blocks: Sequence[LayoutBlock],
     text_layer_ids: set[int],
     layout_index: dict[int, int] | None = None,
 ) -> list[Block]:
@@ -392,7 +418,7 @@ def route_loguru_to_logging() -> None:
 
     std = logging.getLogger("mineru_vl_utils")
 
-    def sink(message: Any) -> None:
+    def sink(message: Any) -> None:  # Any: loguru's Message, untyped here
         record = message.record
         # loguru's level numbers match stdlib's for DEBUG/INFO/WARNING/ERROR/CRITICAL.
         std.log(record["level"].no, "%s", record["message"])
@@ -404,60 +430,39 @@ def route_loguru_to_logging() -> None:
 class MinerUEngine:
     """Engine `mineru`. Constructed with the engine config; `load()` once per worker.
 
-    `engine.runtime` decides where generation runs (see `runtime.py`); everything else,
-    from the layout step to the block mapping, is this module's and the same for all.
+    `engine.runtime` decides where generation runs (`open_runtime`); everything else, from
+    the layout step to the block mapping, is this module's and the same for all.
     """
 
     name = "mineru"
 
     def __init__(self, config: EngineConfig) -> None:
         self.config = config
-        self._loaded: LoadedModel | None = None
-        self._client: Any = None
-        self._generator: BatchedGenerator | None = None
-        self._batcher: PageBatcher | None = None
-        self._remote: Runtime | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._runtime: Runtime | None = None
         # Pages the worker may run through parse_page at once, each in its own thread: a
         # server batches concurrent requests (its own bound); the in-process runtimes take
         # engine.page_batch pages, whose model steps then share batches (transformers) or
-        # slots (llama-cpp).
+        # slots (llama-cpp). The loaded runtime says which.
         self.max_pages_in_flight = max(1, config.page_batch)
+
+    @property
+    def runtime(self) -> Runtime:
+        """The loaded runtime (for tests and benches that look inside it)."""
+        if self._runtime is None:
+            raise RuntimeError("MinerUEngine.runtime before load()")
+        return self._runtime
 
     def load(self) -> EngineInfo:
         route_loguru_to_logging()
-        runtime = self.config.runtime
-        if runtime == "transformers":
-            return self._load_transformers()
-        remote: Runtime
-        if runtime == "http":
-            from daemon.engines.mineru.runtimes.http import HttpRuntime
-
-            remote = HttpRuntime(self.config.http, client_options())
-        elif runtime == "llama-cpp":
-            from daemon.common.cpus import resolve_threads
-            from daemon.engines.mineru.runtimes.llama_cpp import LlamaCppRuntime
-
-            threads = resolve_threads(self.config.llama_cpp.threads or self.config.threads)
-            remote = LlamaCppRuntime(
-                self.config.model, self.config.llama_cpp, threads, client_options()
-            )
-        else:
-            raise ValueError(f"unknown engine.runtime {runtime!r}")
-        self._remote = remote
-        self._client = remote.client
-        if runtime == "http":
-            self.max_pages_in_flight = remote.max_pages_in_flight
-        if remote.max_blocks_in_flight > 1:
-            self._pool = ThreadPoolExecutor(
-                max_workers=remote.max_blocks_in_flight, thread_name_prefix="mineru-block"
-            )
-        info = remote.info
+        runtime = open_runtime(self.config)
+        self._runtime = runtime
+        self.max_pages_in_flight = runtime.max_pages_in_flight
+        info = runtime.info
         return EngineInfo(
             name=self.name,
             model_id=info.model,
-            revision=None,
-            precision=None,
+            revision=info.revision,
+            precision=info.precision,
             details={
                 "runtime": info.runtime,
                 "server": info.server,
@@ -466,151 +471,49 @@ class MinerUEngine:
             },
         )
 
-    def _load_transformers(self) -> EngineInfo:
-        from transformers.utils import logging as hf_logging
-
-        from daemon.engines.mineru.runtimes.transformers_model import load_model
-
-        # Worker logs go to journald/files: progress bars there are noise.
-        hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        loaded = load_model(
-            self.config.model, self.config.revision, self.config.precision, self.config.threads
-        )
-        from mineru_vl_utils import MinerUClient
-
-        self._client = MinerUClient(
-            backend="transformers",
-            model=loaded.model,
-            processor=loaded.processor,
-            use_tqdm=False,
-            **client_options(),
-        )
-        self._loaded = loaded
-        self._generator = BatchedGenerator(
-            loaded.model, loaded.processor, self._client.client, self.batch_size
-        )
-        self._batcher = PageBatcher(self._generator, self.config.page_batch)
-        return EngineInfo(
-            name=self.name,
-            model_id=self.config.model,
-            revision=loaded.weights.commit or self.config.revision,
-            precision=loaded.precision,
-            details={
-                "runtime": "transformers",
-                "server": None,
-                "model": self.config.model,
-                "threads": loaded.threads,
-                "batch_size": self.batch_size,
-                "page_batch": self.config.page_batch,
-                "dtype_vision": loaded.dtype_vision,
-                "dtype_decoder": loaded.dtype_decoder,
-                "requested_precision": self.config.precision,
-                "weights_path": str(loaded.weights.path),
-                "load_seconds": round(loaded.load_seconds, 2),
-            },
-        )
-
-    @property
-    def batch_size(self) -> int:
-        return self.config.batch_size
-
     def coming_page(self) -> AbstractContextManager[None]:
-        """Around bringing one page to `parse_page` (the worker renders it inside): the
-        layout step of the pages in the engine waits for it to join their batch."""
-        return self._batcher.coming() if self._batcher is not None else nullcontext()
-
-    def _local_steps(self, page_idx: int) -> tuple[PredictFn, PredictManyFn]:
-        """The page's layout step and block step, as rows of the batches all pages share:
-        the same generate() path for both, so layout and blocks share MinerU's sampling
-        rules and our per-row stopping."""
-        batcher = self._batcher
-        assert batcher is not None
-
-        def predict(image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
-            request = GenRequest(image, prompt, params, max_new_tokens)
-            return batcher.run(page_idx, LAYOUT, [request], lambda _row: None)[0]
-
-        def predict_many(requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
-            return batcher.run(page_idx, BLOCK, requests, on_done)
-
-        return predict, predict_many
-
-    def _concurrent_many(
-        self, requests: Sequence[GenRequest], on_done: RowDone
-    ) -> list[Prediction]:
-        """The blocks of a page as concurrent requests (server or llama.cpp slots, which
-        batch them themselves); each lands in its own row whatever the finishing order."""
-        assert self._pool is not None and self._remote is not None
-        predict = self._remote.predict
-        futures = {
-            self._pool.submit(
-                predict, r.image, r.prompt, capped(r.params, r.max_new_tokens), r.max_new_tokens
-            ): row
-            for row, r in enumerate(requests)
-        }
-        results: dict[int, Prediction] = {}
-        try:
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                on_done(futures[future])
-        finally:
-            for future in futures:  # one block failed: do not leave the others queued
-                future.cancel()
-        return [results[row] for row in range(len(requests))]
-
-    @staticmethod
-    def _text_layer(page: PageInput) -> Sequence[TextLine] | None:
-        if page.pdf_path is None:
-            return None
-        from daemon.input.textlayer import pdf_text_layer
-
-        return pdf_text_layer(page.pdf_path, page.pdf_password, page.page_idx)
+        """Around bringing one page to `parse_page` (the worker renders it inside): a runtime
+        that batches pages (transformers) waits for it before its next layout batch."""
+        return self._runtime.coming_page() if self._runtime is not None else nullcontext()
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:
-        """One page. Thread-safe for every runtime: the helper keeps no per-page state, the
-        remote runtimes' predict() may be called from several threads, and the local
-        model's generate() calls are made by the shared `PageBatcher`, one at a time."""
-        if self._client is None:
+        """One page. Thread-safe for every runtime: the helper keeps no per-page state and
+        every runtime's predict() may be called from several page threads."""
+        runtime = self._runtime
+        if runtime is None:
             raise RuntimeError("MinerUEngine.parse_page() before load()")
-        step = functools.partial(
-            run_page,
-            page,
-            options,
-            progress,
-            helper=self._client.helper,
-            prompts=self._client.prompts,
-            sampling_params=self._client.sampling_params,
-            text_layer=self._text_layer,
-        )
-        if self._remote is not None:
-            return step(
-                predict=self._remote.predict,
-                predict_many=self._concurrent_many if self._pool is not None else None,
-            )
-        import torch
-
-        # The local model: no autograd bookkeeping (per thread: whichever page thread runs
-        # a batch runs it in this mode), and the batches every page in the engine shares.
-        assert self._batcher is not None
-        predict, predict_many = self._local_steps(page.page_idx)
-        with torch.inference_mode(), self._batcher.page():
-            return step(predict=predict, predict_many=predict_many)
+        with runtime.page():
+            return run_page(page, options, progress, runtime)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
-        if self._remote is not None:
-            self._remote.close()
-            self._remote = None
-        # Dropping the references is enough: the worker process exits or recycles soon.
-        self._client = None
-        self._generator = None
-        self._batcher = None
-        self._loaded = None
+        if self._runtime is not None:
+            self._runtime.close()
+            # Dropping the reference is enough: the worker process exits or recycles soon.
+            self._runtime = None
 
 
-def client_options() -> dict[str, Any]:
+def open_runtime(config: EngineConfig) -> Runtime:
+    """The runtime `engine.runtime` names, loaded: the model, the server, or the GGUF pair."""
+    if config.runtime == "transformers":
+        from daemon.engines.mineru.runtimes.transformers import TransformersRuntime
+
+        return TransformersRuntime(config, client_options())
+    if config.runtime == "http":
+        from daemon.engines.mineru.runtimes.http import HttpRuntime
+
+        return HttpRuntime(config.http, client_options())
+    if config.runtime == "llama-cpp":
+        from daemon.common.cpus import resolve_threads
+        from daemon.engines.mineru.runtimes.llama_cpp import LlamaCppRuntime
+
+        threads = resolve_threads(config.llama_cpp.threads or config.threads)
+        return LlamaCppRuntime(
+            config.model, config.llama_cpp, threads, client_options(), page_batch=config.page_batch
+        )
+    raise ValueError(f"unknown engine.runtime {config.runtime!r}")
+
+
+def client_options() -> ClientOptions:
     """MinerUClient flags, the same for every runtime so every runtime gives the same output.
 
     mineru-vl-utils' defaults: no image analysis, no formula wrapping in tables. MinerU 4

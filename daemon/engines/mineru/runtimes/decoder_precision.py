@@ -29,12 +29,21 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.config.settings import LOSSY_PRECISIONS
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from daemon.engines.mineru.runtimes.int8_linear import Int8WeightOnlyLinear
+
+# A prepared int8 layer as the cache keeps it: (int8 weight, scales, bias or None).
+StoredLinear = tuple["torch.Tensor", "torch.Tensor", "torch.Tensor | None"]
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +120,7 @@ def _set(model: Any, dotted: str, value: Any) -> None:
     setattr(_get(model, parent) if parent else model, name, value)
 
 
-def linear_names(model: Any, parts: DecoderParts) -> list[str]:
+def linear_names(model: nn.Module, parts: DecoderParts) -> list[str]:
     """Dotted names (from `model`) of every nn.Linear of the decoder, then the lm_head."""
     from torch import nn
 
@@ -127,7 +136,7 @@ def linear_names(model: Any, parts: DecoderParts) -> list[str]:
 
 
 def prepare_decoder(
-    model: Any,
+    model: nn.Module,
     parts: DecoderParts,
     recipe: str,
     *,
@@ -176,7 +185,7 @@ def prepare_decoder(
     return DECODER_LABELS[recipe]
 
 
-def cast_floats(module: Any, dtype: Any) -> None:
+def cast_floats(module: nn.Module, dtype: torch.dtype) -> None:
     """`module.to(dtype)` for float tensors, parameter by parameter (low peak), skipping the
     layers that keep a dtype on purpose (int8 scales, the bf16 head: int8_linear.KeepsDtype)."""
     from daemon.engines.mineru.runtimes.int8_linear import KeepsDtype
@@ -341,7 +350,7 @@ class DecoderCache:
     def manifest(self) -> Path:
         return self.folder / f"{self.key}.json"
 
-    def load(self, names: list[str]) -> dict[str, tuple[Any, Any, Any]] | None:
+    def load(self, names: list[str]) -> dict[str, StoredLinear] | None:
         """{linear name: (int8 weight, scales, bias or None)}, or None on a miss."""
         if not self.manifest.is_file() or not self.tensors.is_file():
             return None
@@ -365,11 +374,11 @@ class DecoderCache:
                 path.unlink(missing_ok=True)
             return None
 
-    def save(self, layers: dict[str, Any]) -> None:
+    def save(self, layers: Mapping[str, Int8WeightOnlyLinear]) -> None:
         """Write atomically (tensors, then the manifest that vouches for them)."""
         from safetensors.torch import save_file
 
-        flat: dict[str, Any] = {}
+        flat: dict[str, torch.Tensor] = {}
         for name, layer in layers.items():
             flat[f"{name}.q"] = layer.weight_int8
             flat[f"{name}.s"] = layer.scales

@@ -30,7 +30,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config.settings import EngineHttpConfig
-from daemon.engines.mineru.runtimes.base import Prediction, RuntimeInfo
+from daemon.document.page import Json
+from daemon.engines.mineru.runtimes.base import (
+    ClientOptions,
+    GenRequest,
+    Prediction,
+    RequestRuntime,
+    RuntimeInfo,
+    open_client,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -172,7 +180,7 @@ class ServerProbe:
     healthy: bool | None = None  # /health: None when the server has no such endpoint
     models: tuple[str, ...] = ()
     error: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Json] = field(default_factory=dict)
 
 
 def probe_server(settings: EngineHttpConfig, timeout: float = PROBE_TIMEOUT_SECONDS) -> ServerProbe:
@@ -260,11 +268,11 @@ def choose_model(settings: EngineHttpConfig, probe: ServerProbe) -> str:
     )
 
 
-class HttpRuntime:
+class HttpRuntime(RequestRuntime):
     """Generation on a server. `predict` is thread-safe; requests are bounded by
     `max_in_flight` across all pages and blocks."""
 
-    def __init__(self, settings: EngineHttpConfig, client_options: dict[str, Any]) -> None:
+    def __init__(self, settings: EngineHttpConfig, client_options: ClientOptions) -> None:
         if settings.max_in_flight < 1:
             raise ValueError("engine.http.max_in_flight must be at least 1")
         if not settings.server_url:
@@ -280,20 +288,18 @@ class HttpRuntime:
                 "engine.http.server_url; the daemon re-probes it every minute",
             )
         model = choose_model(settings, probe)
-        from mineru_vl_utils import MinerUClient
-
         self.settings = settings
-        self.client = MinerUClient(
-            backend="http-client",
+        client = open_client(
+            "http-client",
+            client_options,
             server_url=settings.server_url,
             model_name=model,
             skip_model_name_checking=True,  # done above, with a better error
             max_concurrency=settings.max_in_flight,
             http_timeout=int(settings.timeout_seconds),
-            use_tqdm=False,
-            **client_options,
         )
-        self._vlm: Any = self.client.client
+        # Any: mineru-vl-utils' HttpVlmClient, whose request and answer helpers we call.
+        self._vlm: Any = client.client
         # Requests go through our client (CA bundle, key, retries); the library's own
         # connection pool is never used.
         self._vlm._client.close()
@@ -303,25 +309,25 @@ class HttpRuntime:
         self.in_flight = 0
         self.peak_in_flight = 0
         self.max_pages_in_flight = settings.max_in_flight
-        self.max_blocks_in_flight = settings.max_in_flight
         self.info = RuntimeInfo(
             runtime="http",
             model=model,
             server=probe.server,
             details={"max_in_flight": settings.max_in_flight, "served_models": list(probe.models)},
         )
+        super().__init__(client, max_blocks_in_flight=settings.max_in_flight)
 
-    def predict(self, image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
+    def predict_one(self, request: GenRequest) -> Prediction:
         import httpx
         from mineru_vl_utils.vlm_client import HttpResponseError
         from mineru_vl_utils.vlm_client.utils import image_to_bytes_list_and_format
 
-        images, image_format = image_to_bytes_list_and_format(image)
+        images, image_format = image_to_bytes_list_and_format(request.image)
         body = self._vlm.build_request_body(
             system_prompt=self._vlm.system_prompt,
             image=images,
-            prompt=prompt,
-            sampling_params=params,
+            prompt=request.prompt,
+            sampling_params=request.capped_params(),
             image_format=image_format,
             priority=None,
         )
@@ -380,4 +386,5 @@ class HttpRuntime:
         )
 
     def close(self) -> None:
+        super().close()
         self._http.close()

