@@ -59,6 +59,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.common.live": (0, "shared"),
     "daemon.common.mounttable": (0, "shared"),
     "daemon.common.child": (0, "shared"),
+    "daemon.common.shares": (0, "shared"),
     "daemon.output.durable": (0, "shared"),
     "daemon.service.notify": (0, "shared"),
     "daemon.service.reminder": (0, "shared"),
