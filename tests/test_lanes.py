@@ -170,3 +170,58 @@ def test_shares_give_each_mount_its_own_lane() -> None:
     assert shares.hung() == []
     shares.close()
 
+
+def test_a_document_finished_while_its_outbox_hangs_is_not_written_but_waits(
+    tmp_path: Path,
+) -> None:
+    """The supervisor turns an OSError from `complete` into "wait and retry"; the guard
+    raises one (NotAnswering) instead of letting the publisher write into a hung share."""
+    import logging
+
+    from daemon.document.page import EngineInfo
+    from daemon.intake.presence import FolderPresence, probe_folder
+    from daemon.jobs.store import Job, Store
+    from daemon.service.folders import GuardedOutcomes, OutputFolders
+
+    class Publisher:
+        def __init__(self) -> None:
+            self.written: list[int] = []
+
+        def complete(self, job: Job, engine: EngineInfo | None) -> str:
+            self.written.append(job.id)
+            return "out"
+
+        def failed(self, job: Job, kind: str, message: str) -> None:
+            self.written.append(job.id)
+
+    t = FakeTime()
+    outbox = tmp_path / "out"
+    outbox.mkdir()
+    mounts = f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:50 / {outbox} rw - nfs4 n:/o rw\n"
+    shares = Shares(10.0, mountinfo=lambda: mounts, lane=lambda m, d: t.lane(m, d))
+    folders = OutputFolders(shares, wall=lambda: 5000.0, log=logging.getLogger("test"))
+    presence = FolderPresence(f"the outbox ({outbox})")
+    presence.start(probe_folder(outbox), 0.0, 5000.0)
+    folders.folders = {"outbox": (outbox, presence)}
+    publisher = Publisher()
+    guarded = GuardedOutcomes(publisher, folders)
+    store = Store(tmp_path / "state.sqlite3")
+    arrived = store.record_arrival(path=str(tmp_path / "a.pdf"), inbox=str(tmp_path),
+                                   subdir="", size=1, mtime_ns=1, sha256="a", now=0.0)
+    assert arrived is not None
+    job = arrived.job
+
+    assert guarded.complete(job, None) == "out"  # answering: written
+    t.gate.clear()
+    with pytest.raises(NotAnswering):
+        guarded.complete(job, None)
+    assert t.now == 110.0 and presence.due(0.0)  # one deadline; looked at on the next tick
+    assert publisher.written == [job.id]  # not written into the hung share
+    assert folders.look(1.0) is not None and presence.hung  # holds new documents
+    assert [f.answering for f in folders.facts()] == [False]
+    with pytest.raises(NotAnswering):
+        guarded.failed(job, "corrupt", "x")  # at once now: no second deadline
+    assert t.now == 110.0 and publisher.written == [job.id]
+    t.gate.set()
+    shares.close()
+    store.close()
