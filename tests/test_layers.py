@@ -107,6 +107,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.intake.stability": (70, "daemon"),
     "daemon.intake.observers": (70, "daemon"),
     "daemon.intake.scan": (70, "daemon"),
+    "daemon.intake.watch_settings": (70, "daemon"),
     "daemon.intake.watcher": (70, "daemon"),
     "daemon.output.originals": (80, "daemon"),
     "daemon.intake.ingest": (80, "daemon"),

@@ -22,7 +22,8 @@ from daemon.common.shares import Lane, Shares
 from daemon.config.folders import check_folders
 from daemon.config.settings import InboxConfig
 from daemon.intake.presence import FolderPresence, Probe, mount_points, probe_folder
-from daemon.intake.watcher import Watcher, WatcherIO, WatcherSettings
+from daemon.intake.watch_settings import WatcherIO, WatcherSettings
+from daemon.intake.watcher import Watcher
 from tests.conftest import require_mounting
 from tests.test_lanes import FakeTime
 from tests.test_watcher import STABLE, FakeFactory, local_mounts, ticks, write

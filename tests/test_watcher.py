@@ -50,7 +50,8 @@ from daemon.intake.mounts import (
 )
 from daemon.intake.observers import ObserverLike, reports_close_write
 from daemon.intake.stability import FileStabilityTracker, StatSignature
-from daemon.intake.watcher import Watcher, WatcherIO, WatcherSettings
+from daemon.intake.watch_settings import WatcherIO, WatcherSettings
+from daemon.intake.watcher import Watcher
 
 STABLE = 5.0
 

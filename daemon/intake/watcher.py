@@ -16,8 +16,13 @@ Events are hints, the folder is the truth (the paperless-ngx / huey approach):
 
 The parts: which names count (daemon/intake/ignore.py), which observer an inbox gets
 (daemon/intake/mounts.py), the stability tracker (daemon/intake/stability.py), the
-observers and their event handler (daemon/intake/observers.py). This module ties them
-together per inbox.
+observers and their event handler (daemon/intake/observers.py), one inbox's state and
+how its folders are listed (daemon/intake/scan.py), what a watcher is built from
+(daemon/intake/watch_settings.py). This module ties them together per inbox.
+
+Every call into an inbox goes through the lane of its share (daemon/common/shares.py): a
+share that stops answering (a dead hard NFS mount) costs the main loop one deadline, is
+reported like a vanished share, and is rescanned when it answers again.
 
 Nothing here hashes files or touches the database, and nothing sleeps: time is passed in.
 """
@@ -31,9 +36,7 @@ import math
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, TypeVar
 
@@ -53,19 +56,15 @@ from daemon.intake.observers import (
     EVENT_FILTER,
     EventHandler,
     HintKind,
-    ObserverFactory,
     ObserverLike,
     OverflowHook,
-    default_observer_factory,
     observer_healthy,
     reports_close_write,
 )
 from daemon.intake.presence import (
     FolderPresence,
-    ProbeFn,
     RootWatch,
     mount_points,
-    probe_folder,
     probe_through,
 )
 from daemon.intake.scan import (
@@ -79,11 +78,10 @@ from daemon.intake.scan import (
     walk,
 )
 from daemon.intake.stability import (
-    DEFAULT_OPEN_WRITE_CAP_SECONDS,
     FileStabilityTracker,
-    StatFn,
     StatSignature,
 )
+from daemon.intake.watch_settings import WatcherIO, WatcherSettings
 
 if TYPE_CHECKING:
     from daemon.config.settings import Config
@@ -91,62 +89,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class WatcherSettings:
-    """How the watcher decides: the timings and the folders it never scans.
-
-    `exclude_dirs`: folders never scanned even when inside an inbox (the outbox, archive,
-    failed, duplicates and state folders, so a misconfiguration cannot loop).
-    `poll_interval`: seconds between a polling observer's snapshots; each one lists and
-    stats the whole inbox tree over the network. `open_write_cap_seconds`: how long after
-    its last write event a file still open for writing is held at most (in case its
-    close event was lost). `join_timeout`: how long stopping waits for an observer.
-    """
-
-    stability_seconds: float
-    rescan_seconds: float
-    empty_stability_seconds: float = 60.0
-    open_write_cap_seconds: float = DEFAULT_OPEN_WRITE_CAP_SECONDS
-    poll_interval: float = 5.0
-    exclude_dirs: tuple[Path, ...] = ()
-    join_timeout: float = 5.0
-    max_queued_hints: int = 100_000
-
-    @classmethod
-    def from_config(cls, config: Config, *, poll_interval: float = 5.0) -> WatcherSettings:
-        """The production settings: the output and state folders are never scanned."""
-        return cls(
-            stability_seconds=config.stability_seconds,
-            rescan_seconds=config.rescan_seconds,
-            poll_interval=poll_interval,
-            exclude_dirs=(
-                config.outbox,
-                config.archive,
-                config.failed,
-                config.duplicates,
-                config.state_dir,
-            ),
-        )
-
-
-@dataclass(frozen=True)
-class WatcherIO:
-    """What the watcher calls out to; tests pass fakes.
-
-    `stat`: how a pending file is looked at; `probe`: how an inbox folder is looked at
-    every few seconds; `mountinfo_reader`: the mount table's text (None: the real one);
-    `wall`: the clock for the "missing since" shown in status; `shares`: the lanes every
-    call into an inbox goes through (None: the watcher's own, with the default deadline).
-    """
-
-    stat: StatFn = os.lstat
-    mountinfo_reader: Callable[[], str] | None = None
-    observer_factory: ObserverFactory = default_observer_factory
-    probe: ProbeFn = probe_folder
-    wall: Callable[[], float] = time.time
-    shares: Shares | None = None
 
 
 class Watcher:

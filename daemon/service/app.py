@@ -33,7 +33,8 @@ from daemon.config.settings import (
     load_config,
 )
 from daemon.intake.ingest import Ingestor, IngestRetries
-from daemon.intake.watcher import Watcher, WatcherIO
+from daemon.intake.watch_settings import WatcherIO
+from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.output import outbox
 from daemon.output.publish import Publisher
