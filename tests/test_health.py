@@ -417,6 +417,37 @@ def test_a_missing_inbox_and_outbox_degrade_and_show_everywhere(
     assert as_json["worker"]["engine_switches"] == 1  # type: ignore[index]
 
 
+def test_a_share_that_does_not_answer_degrades_naming_it_and_is_never_asked_again(
+    store: Store, start: Start, cfg: Config
+) -> None:
+    """A hung share: /healthz degraded naming the share, a gauge per share, and the
+    outbox's free space not asked of it (the request would hang with it)."""
+    inbox = str(cfg.inboxes[0].path)
+    nas = "/srv/nas"
+    hung = f"not answering (the share at {nas} hangs)"
+    live = live_ok(
+        cfg,
+        inboxes=[{"path": inbox, "observer": "inotify", "share": "/"},
+                 {"path": f"{nas}/scans", "observer": "poll", "missing": hung,
+                  "missing_since": NOW - 12, "share": nas, "answering": False}],
+        folders=[{"name": "outbox", "path": str(cfg.outbox), "missing": hung,
+                  "missing_since": NOW - 12, "share": nas, "answering": False}],
+    )
+    srv = start(lambda: live)
+    code, body = get(srv, "/healthz")
+    h = json.loads(body)
+    assert (code, h["status"]) == (200, "degraded"), h
+    assert f"inbox {nas}/scans is {hung} for 12s: waiting for it to answer" in h["reasons"]
+    assert f"outbox {cfg.outbox} is {hung}: documents wait until it returns" in h["reasons"]
+    assert h["shares_not_answering"] == [nas]
+    assert not any("not accessible" in r for r in h["reasons"])  # degraded, not failing
+    m = metrics(srv)
+    assert one(m, "docinbox_share_answering", share=nas) == 0
+    assert one(m, "docinbox_share_answering", share="/") == 1
+    assert one(m, "docinbox_inbox_present", inbox=f"{nas}/scans") == 0
+    assert "outbox" not in {dict(k).get("folder") for k in m["docinbox_disk_free_bytes"]}
+
+
 @pytest.mark.parametrize(
     ("precision", "shown"),
     [

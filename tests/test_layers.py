@@ -61,6 +61,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.common.live": (0, "shared"),
     "daemon.common.mounttable": (0, "shared"),
     "daemon.common.child": (0, "shared"),
+    "daemon.common.shares": (0, "shared"),
     "daemon.output.durable": (0, "shared"),
     "daemon.service.notify": (0, "shared"),
     "daemon.service.reminder": (0, "shared"),
@@ -118,6 +119,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.intake.presence": (70, "daemon"),
     "daemon.intake.stability": (70, "daemon"),
     "daemon.intake.observers": (70, "daemon"),
+    "daemon.intake.scan": (70, "daemon"),
+    "daemon.intake.watch_settings": (70, "daemon"),
     "daemon.intake.watcher": (70, "daemon"),
     "daemon.output.originals": (80, "daemon"),
     "daemon.intake.ingest": (80, "daemon"),
@@ -150,6 +153,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.service.auth": (130, "daemon"),
     "daemon.service.httpserver": (140, "daemon"),
     "daemon.service.hooks": (140, "daemon"),
+    "daemon.service.folders": (140, "daemon"),
     # Entry points. app and parse run the daemon's own pipeline in the daemon process;
     # the CLI and `docinbox model` also load models on purpose, in their own process.
     "daemon.service.app": (150, "daemon"),

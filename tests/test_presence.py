@@ -17,13 +17,15 @@ import pytest
 from watchdog.events import DirDeletedEvent, FileCreatedEvent, FileDeletedEvent
 
 from daemon.cli.status_view import inbox_lines
-from daemon.common.live import InboxFacts
 from daemon.common.mounttable import MountEntry, parse_fstab, unmounted_share
+from daemon.common.shares import Lane, Shares
 from daemon.config.folders import check_folders
 from daemon.config.settings import InboxConfig
 from daemon.intake.presence import FolderPresence, Probe, mount_points, probe_folder
+from daemon.intake.watch_settings import WatcherIO, WatcherSettings
 from daemon.intake.watcher import Watcher
 from tests.conftest import require_mounting
+from tests.test_lanes import FakeTime
 from tests.test_watcher import STABLE, FakeFactory, local_mounts, ticks, write
 
 LOG = "daemon.intake.presence"
@@ -208,12 +210,14 @@ def watcher_on(
 ) -> Watcher:
     w = Watcher(
         [InboxConfig(path=inbox)],
-        stability_seconds=STABLE,
-        rescan_seconds=300.0,  # the shipped default: nothing below waits for a rescan
-        mountinfo_reader=local_mounts,
-        wall=lambda: WALL,
-        probe=probe,
-        observer_factory=factory or FakeFactory(),
+        # 300 s: the shipped default: nothing below waits for a rescan
+        WatcherSettings(stability_seconds=STABLE, rescan_seconds=300.0),
+        WatcherIO(
+            mountinfo_reader=local_mounts,
+            wall=lambda: WALL,
+            probe=probe,
+            observer_factory=factory or FakeFactory(),
+        ),
     )
     if factory is not None:
         w.start()
@@ -232,13 +236,13 @@ def test_inbox_moved_away_and_back_is_rescanned_at_once_and_nothing_is_taken_twi
     os.rename(inbox, tmp_path / "away")
     assert ticks(watcher, 10.5, 12.0) == []
     facts = watcher.describe()[0]
-    assert facts["missing"] == "gone (unmounted?)" and facts["missing_since"] == WALL
-    assert facts["observer"] == "none" and factory.created[0].stopped
+    assert facts.missing == "gone (unmounted?)" and facts.missing_since == WALL
+    assert facts.observer == "none" and factory.created[0].stopped
     write(tmp_path / "away" / "meanwhile.pdf")
     os.rename(tmp_path / "away", inbox)
     # Seen within one look (2 s), scanned on that tick: not at the rescan 300 s on.
     assert ticks(watcher, 12.5, 14.0 + STABLE) == [inbox / "meanwhile.pdf"]
-    assert watcher.describe()[0]["missing"] is None
+    assert watcher.describe()[0].missing is None
     assert len(factory.created) == 2 and factory.created[1].alive  # a fresh observer
     assert ticks(watcher, 20.0, 320.0, step=5.0) == []  # throughout.pdf never again
     assert any("is back after" in m for m in messages(caplog))
@@ -303,8 +307,8 @@ def test_files_written_into_an_unmounted_shares_mount_point_are_not_taken(
     watcher.tick(2.5)
     stray = write(inbox / "stray.pdf")  # a scanner writing while the share is away
     assert ticks(watcher, 3.0, 30.0) == []
-    facts = InboxFacts.from_json(watcher.describe()[0])
-    assert facts is not None and facts.missing is not None
+    facts = watcher.describe()[0]
+    assert facts.missing is not None
     assert facts.missing.startswith("not mounted")
     line = inbox_lines(facts, WALL + 90)[0]
     assert "(MISSING since " in line and "(1m)" in line and "not mounted" in line
@@ -321,11 +325,11 @@ def test_files_of_no_document_type_are_noted_on_events_not_only_at_rescans(
     docx = write(tmp_path / "archive.zip", b"PK\x03\x04")
     factory.created[0].send(FileCreatedEvent(str(docx)))
     watcher.tick(0.5)
-    assert watcher.describe()[0]["ignored_names"] == ["archive.zip"]
+    assert watcher.describe()[0].ignored_names == ("archive.zip",)
     docx.unlink()
     factory.created[0].send(FileDeletedEvent(str(docx)))
     watcher.tick(1.0)
-    assert watcher.describe()[0]["ignored"] == 0
+    assert watcher.describe()[0].ignored == 0
 
 
 def test_a_folder_moved_away_is_looked_at_on_the_next_tick_not_the_next_look(
@@ -338,13 +342,13 @@ def test_a_folder_moved_away_is_looked_at_on_the_next_tick_not_the_next_look(
         watcher.tick(0.0)
         os.rename(inbox, tmp_path / "away")  # inotify's IN_MOVE_SELF on the folder
         watcher.tick(0.25)  # the next look is due at 2.0
-        assert watcher.describe()[0]["missing"] == "gone (unmounted?)"
+        assert watcher.describe()[0].missing == "gone (unmounted?)"
         os.rename(tmp_path / "away", inbox)
         watcher.tick(2.25)
-        assert watcher.describe()[0]["missing"] is None
+        assert watcher.describe()[0].missing is None
         os.rename(inbox, tmp_path / "away")  # heard again: the folder is watched again
         watcher.tick(2.5)
-        assert watcher.describe()[0]["missing"] == "gone (unmounted?)"
+        assert watcher.describe()[0].missing == "gone (unmounted?)"
     finally:
         watcher.stop()
 
@@ -356,15 +360,72 @@ def test_an_unmount_is_heard_on_the_next_tick(tmp_path: Path) -> None:
     inbox = tmp_path / "mnt"
     require_mounting(inbox)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(inbox)], check=True)
-    watcher = Watcher([InboxConfig(path=inbox)], stability_seconds=STABLE,
-                      rescan_seconds=300.0, observer_factory=FakeFactory(), wall=lambda: WALL)
+    watcher = Watcher([InboxConfig(path=inbox)],
+                      WatcherSettings(stability_seconds=STABLE, rescan_seconds=300.0),
+                      WatcherIO(observer_factory=FakeFactory(), wall=lambda: WALL))
     try:
         watcher.start()
         watcher.tick(0.0)
         subprocess.run(["umount", str(inbox)], check=True)
         watcher.tick(0.25)
-        missing = watcher.describe()[0]["missing"]
+        missing = watcher.describe()[0].missing
         assert isinstance(missing, str) and missing.startswith("not mounted"), missing
     finally:
         watcher.stop()
         subprocess.run(["umount", "-l", str(inbox)], capture_output=True, check=False)
+
+
+# -- a share that hangs instead of vanishing ---------------------------------------------
+
+
+def test_a_hung_share_holds_its_inbox_only_and_is_rescanned_when_it_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every call into the share goes through its lane; the lane's clock is fake and a
+    closed gate is a dead NFS server (tests/test_lanes.py). The other inbox goes on."""
+    caplog.set_level(logging.INFO, logger=LOG)
+    local, nas = tmp_path / "local", tmp_path / "nas"
+    local.mkdir()
+    nas.mkdir()
+    mounts = ROOT_ONLY + f"40 22 0:50 / {nas} rw - nfs4 nas:/scans rw\n"
+    t = FakeTime()
+
+    def lane(mount: str, deadline: float) -> Lane:
+        return t.lane(mount, deadline) if mount == str(nas) else Lane(mount, deadline)
+
+    def probe(path: Path, points: frozenset[str] | None) -> Probe:
+        if path == nas:
+            t.gate.wait()  # a stat of a dead hard mount: blocks until the server is back
+        return probe_folder(path, points)
+
+    shares = Shares(mountinfo=lambda: mounts, lane=lane)
+    watcher = Watcher(
+        [InboxConfig(path=local), InboxConfig(path=nas)],
+        WatcherSettings(stability_seconds=STABLE, rescan_seconds=5.0),
+        WatcherIO(mountinfo_reader=lambda: mounts, probe=probe, wall=lambda: WALL,
+                  observer_factory=FakeFactory(), shares=shares),
+    )
+    watcher.start()
+    before = [write(local / "a.pdf"), write(nas / "b.pdf")]
+    assert sorted(ticks(watcher, 0.0, 10.0)) == sorted(before)
+
+    t.gate.clear()  # the NAS stops answering
+    meanwhile = write(local / "c.pdf")
+    late = write(nas / "d.pdf")  # written on the server: seen once it answers
+    assert ticks(watcher, 10.5, 25.0) == [meanwhile]  # the local inbox goes on
+    local_facts, nas_facts = watcher.describe()
+    assert local_facts.answering and local_facts.missing is None
+    assert not nas_facts.answering and nas_facts.share == str(nas)
+    assert nas_facts.missing == f"not answering (the share at {nas} hangs)"
+    assert nas_facts.missing_since == WALL
+    assert t.now == 110.0  # one deadline was waited for, once
+    warned = [m for m in messages(caplog) if "not answering" in m]
+    assert warned == [f"inbox {nas} is not answering (the share at {nas} hangs): watching "
+                      "for it to return"]
+
+    t.gate.set()  # the server is back: the stuck call returns, the next look sees it
+    assert ticks(watcher, 25.5, 40.0) == [late]  # rescanned at once, b.pdf not again
+    assert watcher.describe()[1].answering and watcher.describe()[1].missing is None
+    assert any("is back after" in m for m in messages(caplog))
+    watcher.stop()
+    shares.close()

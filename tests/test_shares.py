@@ -14,16 +14,27 @@ Real folders and real mounts under a real `docinbox run` with the shipped
 For each: the warning and `docinbox status` while the inbox is away, a file dropped after
 its return queued within 10 s, nothing processed twice, and a file that was in the inbox
 throughout (`after_success: keep` leaves it there) taken exactly once.
+
+And a share that hangs instead of vanishing (a bindfs whose process is stopped with
+SIGSTOP: every call into it blocks, as on a hard NFS mount whose server is down): an
+inbox on it while another, local one converts; the outbox on it, where documents wait.
+`/healthz` answers within 2 s throughout and names the share; SIGCONT ends the hang and
+its files are taken without a restart. The share always gets SIGCONT and is unmounted
+in the fixture's teardown, whatever the test did.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shutil
+import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +42,7 @@ import pytest
 
 from tests.conftest import DaemonFactory, DaemonProc, require_mounting, wait_for
 from tests.docgen import make_text_pdf
+from tests.hookreceiver import free_port
 from tests.test_cli import cli
 
 pytestmark = pytest.mark.integration
@@ -204,9 +216,9 @@ def fuse_unmount(mnt: Path) -> None:
             subprocess.run(cmd, capture_output=True, check=False)
 
 
-def test_fuse_share_killed_and_started_again(
-    tmp_path: Path, daemon_factory: DaemonFactory
-) -> None:
+def fuse_folders(tmp_path: Path) -> tuple[Path, Path]:
+    """The NAS's own folder and the empty mount point for bindfs; skips the test where
+    FUSE cannot run."""
     if shutil.which("bindfs") is None:
         pytest.skip("bindfs not installed (bash scripts/setup.sh --dev)")
     if not os.path.exists("/dev/fuse"):
@@ -214,6 +226,13 @@ def test_fuse_share_killed_and_started_again(
     source, mnt = tmp_path / "nas", tmp_path / "mnt"
     source.mkdir()
     mnt.mkdir()
+    return source, mnt
+
+
+def test_fuse_share_killed_and_started_again(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
+    source, mnt = fuse_folders(tmp_path)
     fuse = start_bindfs(source, mnt)
     try:
         d = start_daemon(daemon_factory, inboxes=[{"path": str(mnt)}])
@@ -271,4 +290,137 @@ def test_outbox_unmounted_makes_documents_wait_not_fail(
     assert_each_taken_once(d, "before.pdf", "meanwhile.pdf")
     assert "is back after" in d.output()
     assert any(p.stem == "meanwhile" for p in d.outputs())
+    assert d.stop() == 0
+
+
+# -------------------------------------------------------------------- a share that hangs
+
+
+class FuseShare:
+    """A bindfs mount whose process the test stops and resumes: stopped with SIGSTOP,
+    every call into the mount blocks, exactly as on a hard NFS mount whose server is
+    down (the kernel waits for an answer that does not come); SIGCONT ends it."""
+
+    def __init__(self, source: Path, mnt: Path) -> None:
+        self.source = source
+        self.mnt = mnt
+        self.proc = start_bindfs(source, mnt)
+
+    def hang(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def answer(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
+    def close(self) -> None:
+        self.answer()  # always: a stopped bindfs would leave a mount nothing can touch
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        fuse_unmount(self.mnt)
+
+
+@pytest.fixture()
+def fuse_share(tmp_path: Path) -> Iterator[FuseShare]:
+    """Request it after `daemon_factory`: torn down first, so the share answers again
+    (and is unmounted) before anything else looks at it, whatever the test did."""
+    share = FuseShare(*fuse_folders(tmp_path))
+    try:
+        yield share
+    finally:
+        share.close()
+
+
+def healthz(port: int) -> dict[str, Any]:
+    """/healthz, which must answer within 2 s whatever hangs."""
+    t0 = time.monotonic()
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as resp:
+        body: dict[str, Any] = json.loads(resp.read())
+    took = time.monotonic() - t0
+    assert took < 2.0, f"/healthz took {took:.1f} s"
+    return body
+
+
+def recorded_after(d: DaemonProc, seen: float) -> bool:
+    """The daemon recorded its status after `seen`: its main loop ticked."""
+    return bool(d.runtime()["updated_at"] > seen)
+
+
+def restarts(d: DaemonProc) -> int:
+    return int(d.runtime().get("worker_restarts") or 0)
+
+
+def test_an_inbox_on_a_hung_share_holds_only_itself(
+    tmp_path: Path, daemon_factory: DaemonFactory, fuse_share: FuseShare
+) -> None:
+    port = free_port()
+    d = start_daemon(daemon_factory, inboxes=[{"path": "inbox"}, {"path": str(fuse_share.mnt)}],
+                     http={"enabled": True, "port": port})
+    make_text_pdf(fuse_share.mnt / "before.pdf", [["On the share before the hang heron"]])
+    d.wait_settled(1)
+    assert healthz(port)["status"] == "ok"
+
+    fuse_share.hang()
+    t0 = time.monotonic()
+    reasons = wait_for(
+        lambda: [r for r in healthz(port)["reasons"]
+                 if str(fuse_share.mnt) in r and "not answering" in r],
+        15, "/healthz naming the hung share", d.proc)
+    print(f"/healthz named it {time.monotonic() - t0:.1f} s after the hang: {reasons}")
+    assert healthz(port)["shares_not_answering"] == [str(fuse_share.mnt)]
+    # Written on the NAS itself (its own disk answers): taken once the share answers.
+    make_text_pdf(fuse_share.source / "meanwhile.pdf", [["Written during the hang otter"]])
+    # The other inbox goes on: a scan dropped there converts during the hang.
+    make_text_pdf(tmp_path / "inbox" / "local.pdf", [["Dropped locally during the hang"]])
+    wait_for(lambda: d.states().get("local.pdf") == "done", 60,
+             "local.pdf converted during the hang", d.proc)
+    assert "meanwhile.pdf" not in d.states()
+    assert healthz(port)["status"] == "degraded"
+    facts = [ib for ib in d.runtime()["inboxes"] if ib["path"] == str(fuse_share.mnt)]
+    assert facts and facts[0]["answering"] is False, facts
+    assert d.output().count(f"inbox {fuse_share.mnt} is not answering") == 1  # said once
+
+    fuse_share.answer()
+    wait_for(lambda: d.states().get("meanwhile.pdf") == "done", 60,
+             "meanwhile.pdf taken after the share answered, without a restart", d.proc)
+    wait_for(lambda: healthz(port)["status"] == "ok", 15, "/healthz ok again", d.proc)
+    assert "is back after" in d.output()
+    assert_each_taken_once(d, "before.pdf", "local.pdf", "meanwhile.pdf")
+    assert restarts(d) == 0  # the worker's heartbeats were read throughout
+    assert d.stop() == 0
+
+
+def test_an_outbox_on_a_hung_share_makes_documents_wait(
+    tmp_path: Path, daemon_factory: DaemonFactory, fuse_share: FuseShare
+) -> None:
+    d = start_daemon(daemon_factory, outbox=str(fuse_share.mnt))
+    inbox = tmp_path / "inbox"
+    make_text_pdf(inbox / "before.pdf", [["Before the hang heron"]])
+    d.wait_settled(1)
+
+    fuse_share.hang()
+
+    def outbox_facts() -> dict[str, Any]:
+        return next(f for f in d.runtime().get("folders", []) if f["name"] == "outbox")
+
+    wait_for(lambda: outbox_facts()["answering"] is False, 15,
+             "the outbox's share not answering", d.proc)
+    assert "not answering" in outbox_facts()["missing"]
+    make_text_pdf(inbox / "meanwhile.pdf", [["During the hang otter"]])
+    wait_for(lambda: d.states().get("meanwhile.pdf") == "queued", 30,
+             "meanwhile.pdf queued", d.proc)
+    # The loop goes on and the document stays queued: three status records later (one
+    # each 2 s, or sooner), nothing started it and nothing failed it.
+    for _ in range(3):
+        seen: float = d.runtime()["updated_at"]
+        wait_for(partial(recorded_after, d, seen), 15, "the loop ticking", d.proc)
+        assert d.states()["meanwhile.pdf"] == "queued", d.jobs()
+    assert not any(p.name.startswith("meanwhile") for p in fuse_share.source.iterdir())
+
+    fuse_share.answer()
+    assert_each_taken_once(d, "before.pdf", "meanwhile.pdf")
+    assert any(p.name.startswith("meanwhile") for p in fuse_share.source.iterdir())
+    assert "is back after" in d.output()
+    assert restarts(d) == 0
     assert d.stop() == 0

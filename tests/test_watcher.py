@@ -14,6 +14,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
+from typing import Any
 
 import pytest
 from watchdog.events import (
@@ -49,6 +50,7 @@ from daemon.intake.mounts import (
 )
 from daemon.intake.observers import ObserverLike, reports_close_write
 from daemon.intake.stability import FileStabilityTracker, StatSignature
+from daemon.intake.watch_settings import WatcherIO, WatcherSettings
 from daemon.intake.watcher import Watcher
 
 STABLE = 5.0
@@ -571,8 +573,16 @@ def test_scans_and_plain_hints_never_hold() -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def make_watcher(*inboxes: InboxConfig, rescan: float = 300.0, **kwargs: object) -> Watcher:
-    return Watcher(inboxes, stability_seconds=STABLE, rescan_seconds=rescan, **kwargs)  # type: ignore[arg-type]
+def make_watcher(
+    *inboxes: InboxConfig,
+    rescan: float = 300.0,
+    io: WatcherIO | None = None,
+    **settings: Any,
+) -> Watcher:
+    """`settings`: WatcherSettings fields other than the two timings."""
+    return Watcher(
+        inboxes, WatcherSettings(stability_seconds=STABLE, rescan_seconds=rescan, **settings), io
+    )
 
 
 def write(path: Path, data: bytes = b"%PDF-1.4 test") -> Path:
@@ -614,7 +624,7 @@ def test_startup_scan_finds_candidates_and_skips_junk(tmp_path: Path) -> None:
         write(tmp_path / junk)
     watcher = make_watcher(inbox)
     assert watcher.tick(0.0) == []  # found, but not stable yet
-    assert watcher.describe()[0]["pending"] == 3
+    assert watcher.describe()[0].pending == 3
     found = ticks(watcher, 0.5, 20.0)
     assert sorted(found) == sorted(good)
     assert watcher.tick(21.0) == []
@@ -674,7 +684,7 @@ def test_excluded_folders_inside_an_inbox_are_skipped(tmp_path: Path) -> None:
     archive = tmp_path / "archive"
     write(archive / "done.pdf")
     new = write(tmp_path / "new.pdf")
-    watcher = make_watcher(InboxConfig(path=tmp_path), exclude_dirs=[archive, tmp_path.parent])
+    watcher = make_watcher(InboxConfig(path=tmp_path), exclude_dirs=(archive, tmp_path.parent))
     assert ticks(watcher, 0.0, 10.0) == [new]
 
 
@@ -692,11 +702,11 @@ def test_missing_inbox_is_reported_and_recovers(tmp_path: Path) -> None:
     inbox_dir = tmp_path / "not-yet"
     watcher = make_watcher(InboxConfig(path=inbox_dir), rescan=300.0)
     assert watcher.tick(0.0) == []
-    assert watcher.describe()[0]["missing"] == "gone (unmounted?)"
+    assert watcher.describe()[0].missing == "gone (unmounted?)"
     path = write(inbox_dir / "a.pdf")
     # Scanned as soon as it is seen again (a stat every 2 s), not at the next rescan.
     assert ticks(watcher, 0.5, 2.0 + STABLE) == [path]
-    assert watcher.describe()[0]["missing"] is None
+    assert watcher.describe()[0].missing is None
 
 
 # ---------------------------------------------------------------------------------------
@@ -764,7 +774,8 @@ def local_mounts() -> str:
 
 def started_watcher(*inboxes: InboxConfig, factory: FakeFactory, rescan: float = 1000.0) -> Watcher:
     watcher = make_watcher(
-        *inboxes, rescan=rescan, observer_factory=factory, mountinfo_reader=local_mounts
+        *inboxes, rescan=rescan, io=WatcherIO(observer_factory=factory,
+                                              mountinfo_reader=local_mounts)
     )
     watcher.start()
     return watcher
@@ -790,7 +801,7 @@ def test_events_feed_the_tracker_and_moves_use_the_destination(tmp_path: Path) -
     observer.send(DirModifiedEvent(str(tmp_path)))
     assert watcher.wait_for_hints(0)
     assert watcher.tick(1.0) == []
-    assert watcher.describe()[0]["pending"] == 1
+    assert watcher.describe()[0].pending == 1
     assert ticks(watcher, 1.5, 10.0) == [final]
 
 
@@ -835,8 +846,7 @@ def test_queue_overflow_falls_back_to_a_rescan(tmp_path: Path) -> None:
     watcher = make_watcher(
         InboxConfig(path=tmp_path),
         rescan=1000.0,
-        observer_factory=factory,
-        mountinfo_reader=local_mounts,
+        io=WatcherIO(observer_factory=factory, mountinfo_reader=local_mounts),
         max_queued_hints=2,
     )
     watcher.start()
@@ -851,13 +861,14 @@ def test_auto_mode_polls_network_inboxes(tmp_path: Path) -> None:
     factory = FakeFactory()
     nfs = f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:5 / {tmp_path.resolve()} rw - nfs4 n:/x rw\n"
     watcher = make_watcher(
-        InboxConfig(path=tmp_path), observer_factory=factory, mountinfo_reader=lambda: nfs
+        InboxConfig(path=tmp_path),
+        io=WatcherIO(observer_factory=factory, mountinfo_reader=lambda: nfs),
     )
     watcher.start()
     assert factory.created[0].kind == "poll"
     description = watcher.describe()[0]
-    assert description["observer"] == "poll"
-    assert "nfs4" in str(description["reason"])
+    assert description.observer == "poll"
+    assert "nfs4" in str(description.reason)
 
 
 def test_inotify_limit_falls_back_to_polling(tmp_path: Path) -> None:
@@ -865,8 +876,8 @@ def test_inotify_limit_falls_back_to_polling(tmp_path: Path) -> None:
     factory.fail["events"] = OSError(errno.ENOSPC, "No space left on device")
     watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory)
     assert [o.kind for o in factory.created] == ["events", "poll"]
-    assert watcher.describe()[0]["observer"] == "poll"
-    assert "inotify limit" in str(watcher.describe()[0]["reason"])
+    assert watcher.describe()[0].observer == "poll"
+    assert "inotify limit" in str(watcher.describe()[0].reason)
 
 
 def test_dead_observer_is_restarted_at_the_next_rescan(tmp_path: Path) -> None:
@@ -874,11 +885,11 @@ def test_dead_observer_is_restarted_at_the_next_rescan(tmp_path: Path) -> None:
     watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory, rescan=10.0)
     watcher.tick(0.0)
     factory.created[0].alive = False  # e.g. the folder was unmounted
-    assert watcher.describe()[0]["observer_alive"] is False
+    assert watcher.describe()[0].observer_alive is False
     watcher.tick(10.0)
     assert len(factory.created) == 2
     assert factory.created[0].stopped
-    assert watcher.describe()[0]["observer_alive"] is True
+    assert watcher.describe()[0].observer_alive is True
 
 
 def test_replace_inboxes_keeps_unchanged_and_restarts_changed(tmp_path: Path) -> None:
@@ -900,7 +911,7 @@ def test_replace_inboxes_keeps_unchanged_and_restarts_changed(tmp_path: Path) ->
     assert not observer_a.stopped  # same path/recursion/watch: kept
     assert observer_b.stopped  # removed
     assert factory.created[2].kind == "poll"
-    assert [d["path"] for d in watcher.describe()] == [str(a), str(c)]
+    assert [d.path for d in watcher.describe()] == [str(a), str(c)]
     # Hints from the removed inbox's observer are ignored.
     observer_b.send(FileCreatedEvent(str(write(b / "ignored.pdf"))))
     # The pattern change rescans inbox a: the .txt file now matches, and the config
@@ -931,7 +942,7 @@ def test_stop_stops_every_observer(tmp_path: Path) -> None:
     watcher = started_watcher(InboxConfig(path=tmp_path), factory=factory)
     watcher.stop()
     assert all(o.stopped for o in factory.created)
-    assert watcher.describe()[0]["observer"] == "none"
+    assert watcher.describe()[0].observer == "none"
 
 
 def test_missing_inbox_observer_is_retried(tmp_path: Path) -> None:
@@ -940,9 +951,9 @@ def test_missing_inbox_observer_is_retried(tmp_path: Path) -> None:
     # The folder vanishes between the look at it and the watch being added.
     (tmp_path / "nas").mkdir()
     watcher = started_watcher(InboxConfig(path=tmp_path / "nas"), factory=factory, rescan=10.0)
-    assert "missing" in str(watcher.describe()[0]["reason"])
+    assert "missing" in str(watcher.describe()[0].reason)
     watcher.tick(0.0)  # the startup scan retries (and succeeds with the fake)
-    assert watcher.describe()[0]["observer"] == "events"
+    assert watcher.describe()[0].observer == "events"
 
 
 # -- files held while open for writing, with observers that report closes ----------------
@@ -969,14 +980,14 @@ def test_a_file_written_in_place_is_held_until_its_close(tmp_path: Path) -> None
     observer.send(FileOpenedEvent(str(path)))
     observer.send(FileModifiedEvent(str(path)))
     assert ticks(watcher, 1.0, 100.0) == []
-    assert watcher.describe()[0]["open_for_write"] == 1
-    assert watcher.describe()[0]["pending"] == 1
+    assert watcher.describe()[0].open_for_write == 1
+    assert watcher.describe()[0].pending == 1
     # A rescan does not release it either.
     watcher.rescan_now()
     assert watcher.tick(100.5) == []
     observer.send(FileClosedEvent(str(path)))
     assert ticks(watcher, 101.0, 105.5) == []
-    assert watcher.describe()[0]["open_for_write"] == 0
+    assert watcher.describe()[0].open_for_write == 0
     assert ticks(watcher, 106.0, 120.0) == [path]
 
 
@@ -1006,7 +1017,7 @@ def test_files_moved_into_place_are_not_held(tmp_path: Path) -> None:
     # Moved in from outside the watched tree: watchdog reports it as created.
     outside = write(tmp_path / "from-elsewhere.pdf")
     observer.send(FileCreatedEvent(str(outside)))
-    assert watcher.describe()[0]["open_for_write"] == 0
+    assert watcher.describe()[0].open_for_write == 0
     assert sorted(ticks(watcher, 1.0, 10.0)) == sorted([final, outside])
 
 
@@ -1018,12 +1029,12 @@ def test_a_file_renamed_over_a_held_name_is_not_held(tmp_path: Path) -> None:
     final = write(tmp_path / "x.pdf")
     observer.send(FileModifiedEvent(str(final)))
     watcher.tick(1.0)
-    assert watcher.describe()[0]["open_for_write"] == 1
+    assert watcher.describe()[0].open_for_write == 1
     temp = write(tmp_path / ".x.pdf.AbC123", b"%PDF-1.4 the whole new file")
     temp.rename(final)  # a new inode under the name: its writer is done
     observer.send(FileMovedEvent(str(temp), str(final)))
     watcher.tick(2.0)
-    assert watcher.describe()[0]["open_for_write"] == 0
+    assert watcher.describe()[0].open_for_write == 0
     assert ticks(watcher, 2.5, 10.0) == [final]
 
 
@@ -1043,7 +1054,7 @@ def test_polling_and_undeclared_observers_never_hold(tmp_path: Path) -> None:
         path = write(folder / "a.pdf")
         factory.created[0].send(FileModifiedEvent(str(path)))
         assert watcher.tick(1.0) == []
-        assert watcher.describe()[0]["open_for_write"] == 0
+        assert watcher.describe()[0].open_for_write == 0
         assert ticks(watcher, 1.5, 10.0) == [path]
 
 
@@ -1054,13 +1065,13 @@ def test_lost_events_release_every_hold(tmp_path: Path) -> None:
     path = write(tmp_path / "closed-meanwhile.pdf")
     factory.created[0].send(FileModifiedEvent(str(path)))
     assert ticks(watcher, 1.0, 20.0) == []
-    assert watcher.describe()[0]["open_for_write"] == 1
+    assert watcher.describe()[0].open_for_write == 1
     # Its close event was among those the kernel dropped.
     logging.getLogger("watchdog.observers.inotify_c").warning(
         "Inotify queue overflowed; filesystem events were lost"
     )
     assert watcher.tick(20.5) == [(InboxConfig(path=tmp_path), path)]
-    assert watcher.describe()[0]["open_for_write"] == 0
+    assert watcher.describe()[0].open_for_write == 0
     watcher.stop()
 
 
@@ -1074,7 +1085,7 @@ def test_an_observer_restart_releases_its_holds(tmp_path: Path) -> None:
     factory.created[0].alive = False  # events (the close) were not watched for a while
     assert ticks(watcher, 20.5, 30.0) == [path]
     assert len(factory.created) == 2
-    assert watcher.describe()[0]["open_for_write"] == 0
+    assert watcher.describe()[0].open_for_write == 0
 
 
 def test_the_cap_applies_to_the_watcher(tmp_path: Path) -> None:
@@ -1082,8 +1093,7 @@ def test_the_cap_applies_to_the_watcher(tmp_path: Path) -> None:
     watcher = make_watcher(
         InboxConfig(path=tmp_path),
         rescan=1000.0,
-        observer_factory=factory,
-        mountinfo_reader=local_mounts,
+        io=WatcherIO(observer_factory=factory, mountinfo_reader=local_mounts),
         open_write_cap_seconds=50.0,
     )
     watcher.start()
@@ -1102,12 +1112,10 @@ def test_the_cap_applies_to_the_watcher(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", ["events", "poll"])
 def test_real_observer_delivers_rsync_rename(tmp_path: Path, mode: WatchMode) -> None:
     inbox = InboxConfig(path=tmp_path, watch=mode)
-    watcher = Watcher(
-        [inbox], stability_seconds=STABLE, rescan_seconds=10_000.0, poll_interval=0.05
-    )
+    watcher = make_watcher(inbox, rescan=10_000.0, poll_interval=0.05)
     watcher.start()
     try:
-        assert watcher.describe()[0]["observer"] == mode
+        assert watcher.describe()[0].observer == mode
         watcher.tick(0.0)  # startup scan: nothing there
         temp = write(tmp_path / ".x.pdf.AbC123")
         final = tmp_path / "x.pdf"
@@ -1116,7 +1124,7 @@ def test_real_observer_delivers_rsync_rename(tmp_path: Path, mode: WatchMode) ->
         # hint is the one we want. A generous timeout, not a timed assertion.
         assert watcher.wait_for_hints(timeout=10.0)
         assert watcher.tick(1.0) == []
-        assert watcher.describe()[0]["pending"] == 1
+        assert watcher.describe()[0].pending == 1
         assert ticks(watcher, 1.5, 10.0) == [final]
     finally:
         watcher.stop()
@@ -1126,9 +1134,9 @@ def test_real_inotify_holds_a_file_until_its_writer_closes_it(tmp_path: Path) ->
     tiny = 0.5
     watcher = Watcher(
         [InboxConfig(path=tmp_path, watch="events")],
-        stability_seconds=tiny,
-        empty_stability_seconds=tiny,
-        rescan_seconds=10_000.0,
+        WatcherSettings(
+            stability_seconds=tiny, empty_stability_seconds=tiny, rescan_seconds=10_000.0
+        ),
     )
 
     def settle(now: float, open_for_write: int) -> None:
@@ -1137,14 +1145,14 @@ def test_real_inotify_holds_a_file_until_its_writer_closes_it(tmp_path: Path) ->
         deadline = time.monotonic() + 10.0
         while True:
             assert watcher.tick(now) == []  # no time passes: nothing can be reported
-            if watcher.describe()[0]["open_for_write"] == open_for_write:
+            if watcher.describe()[0].open_for_write == open_for_write:
                 return
             assert time.monotonic() < deadline, watcher.describe()
             watcher.wait_for_hints(timeout=0.2)
 
     watcher.start()
     try:
-        assert watcher.describe()[0]["observer"] == "events"
+        assert watcher.describe()[0].observer == "events"
         watcher.tick(0.0)  # startup scan: nothing there
         path = tmp_path / "upload.pdf"
         with path.open("wb") as handle:
@@ -1153,7 +1161,7 @@ def test_real_inotify_holds_a_file_until_its_writer_closes_it(tmp_path: Path) ->
             settle(1.0, open_for_write=1)
             # Unchanged and still open far past the window: held.
             assert ticks(watcher, 1.5, 200.0, step=tiny) == []
-            assert watcher.describe()[0]["pending"] == 1
+            assert watcher.describe()[0].pending == 1
         settle(300.0, open_for_write=0)  # the close arrived
         assert ticks(watcher, 300.0, 300.0 + tiny / 2, step=tiny / 4) == []
         assert ticks(watcher, 300.0 + tiny, 310.0) == [path]
@@ -1178,15 +1186,16 @@ def test_files_of_no_document_type_are_logged_once_counted_and_left_alone(
     logged = [r.getMessage() for r in caplog.records if "not a document type" in r.getMessage()]
     assert len(logged) == 3 and all("patterns: *.pdf" in m for m in logged)
     description = watcher.describe()[0]
-    assert description["ignored"] == 3
-    assert description["ignored_names"] == ["a.docx", "b.zip", "notes.txt"]
+    assert description.ignored == 3
+    assert description.ignored_names == ("a.docx", "b.zip", "notes.txt")
     assert all(p.exists() for p in others)  # the user decides what to do with them
-    facts = InboxFacts.from_json(description)
-    assert facts is not None
+    # What `docinbox status` reads back from the runtime row says the same.
+    facts = InboxFacts.from_json(description.to_json())
+    assert facts == description
     assert inbox_lines(facts)[-1].strip() == (
         "3 files ignored in inbox: not a document type: a.docx, b.zip, notes.txt"
     )
     # Gone from the inbox: forgotten at the next full rescan.
     others[0].unlink()
     watcher.tick(30.0)
-    assert watcher.describe()[0]["ignored"] == 2
+    assert watcher.describe()[0].ignored == 2

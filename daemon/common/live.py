@@ -187,7 +187,8 @@ class SupervisorFacts:
 
 @dataclass(frozen=True)
 class InboxFacts:
-    """One watched inbox, as `Watcher.describe()` reports it."""
+    """One watched inbox, as `Watcher.describe()` reports it (and, as JSON, the runtime
+    row `docinbox status` reads back)."""
 
     path: str
     recursive: bool | None = None
@@ -205,6 +206,10 @@ class InboxFacts:
     # and since when (wall clock).
     missing: str | None = None
     missing_since: float | None = None
+    # The mount point holding it (its share), and whether that share answers: False
+    # while a call into it has not returned for the deadline (a hung NFS mount).
+    share: str | None = None
+    answering: bool = True
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -222,6 +227,8 @@ class InboxFacts:
             "ignored_names": list(self.ignored_names),
             "missing": self.missing,
             "missing_since": self.missing_since,
+            "share": self.share,
+            "answering": self.answering,
         }
 
     @classmethod
@@ -249,6 +256,8 @@ class InboxFacts:
             ignored_names=tuple(str(n) for n in names) if isinstance(names, list) else (),
             missing=_str(d.get("missing")),
             missing_since=_num(d.get("missing_since")),
+            share=_str(d.get("share")),
+            answering=d.get("answering") is not False,
         )
 
 
@@ -261,6 +270,8 @@ class FolderFacts:
     path: str
     missing: str | None = None
     missing_since: float | None = None  # wall
+    share: str | None = None  # the mount point holding it
+    answering: bool = True  # False while its share hangs
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -268,6 +279,8 @@ class FolderFacts:
             "path": self.path,
             "missing": self.missing,
             "missing_since": self.missing_since,
+            "share": self.share,
+            "answering": self.answering,
         }
 
     @classmethod
@@ -280,6 +293,8 @@ class FolderFacts:
             path=str(d["path"]),
             missing=_str(d.get("missing")),
             missing_since=_num(d.get("missing_since")),
+            share=_str(d.get("share")),
+            answering=d.get("answering") is not False,
         )
 
 

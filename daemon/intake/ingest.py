@@ -9,6 +9,7 @@ transaction whether it is new or a duplicate. Duplicates cost no model time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -18,6 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
+from daemon.common.shares import NotAnswering, ShareCall, direct
 from daemon.config.settings import Config, InboxConfig
 from daemon.jobs.store import EventMaker, IngestResult, NoEvents, Outcome, Store
 from daemon.output import originals
@@ -27,13 +29,20 @@ log = logging.getLogger("docinbox.ingest")
 CHUNK = 1024 * 1024
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, call: ShareCall = direct) -> str:
+    """The file's SHA-256. `call`: how each open and read is made (the daemon's share
+    lanes: a share that hangs mid-file raises NotAnswering instead of freezing the loop;
+    one call per 1 MiB chunk, so a big file on a slow share is not a hang)."""
     h = hashlib.sha256()
     # O_NOFOLLOW: a file swapped for a symlink between the scan and now is not followed.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        while chunk := f.read(CHUNK):
+    fd = call(path, lambda: os.open(path, os.O_RDONLY | os.O_NOFOLLOW))
+    try:
+        while chunk := call(path, lambda: os.read(fd, CHUNK)):
             h.update(chunk)
+    finally:
+        # Hung: the descriptor stays with the stuck call (one per hang, not per file).
+        with contextlib.suppress(NotAnswering):
+            call(path, lambda: os.close(fd))
     return h.hexdigest()
 
 
@@ -61,8 +70,11 @@ class Ingestor:
         wall: Callable[[], float],
         retry_later: Callable[[Path], None] = lambda path: None,
         events: EventMaker | None = None,
+        call: ShareCall = direct,
     ) -> None:
         self.cfg = cfg
+        # How the inbox is read: through the share lanes in the daemon.
+        self.call = call
         self.store = store
         self.wall = wall
         self.events = events or NoEvents()
@@ -72,17 +84,22 @@ class Ingestor:
 
     def ingest(self, inbox: InboxConfig, path: Path) -> IngestResult | None:
         try:
-            st = os.lstat(path)
+            st = self.call(path, lambda: os.lstat(path))
         except FileNotFoundError:
             return None  # gone between the scan and now: nothing to do
+        except NotAnswering as exc:
+            log.info("cannot read %s now: %s (taken when its share answers again)",
+                     safe_display(path), exc.strerror)
+            self.retry_later(path)
+            return None
         if not stat.S_ISREG(st.st_mode):
             return None  # symlinks, fifos, sockets are never taken
         utf8 = _utf8_name(path)
         if utf8 and self.store.known_source(str(path), st.st_size, st.st_mtime_ns):
             return None
         try:
-            digest = sha256_file(path)
-            after = os.lstat(path)
+            digest = sha256_file(path, self.call)
+            after = self.call(path, lambda: os.lstat(path))
         except FileNotFoundError:
             return None
         except OSError as exc:

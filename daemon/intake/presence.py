@@ -29,12 +29,14 @@ import ctypes.util
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from daemon.common.display import safe_display
 from daemon.common.mounttable import parse_mountinfo, read_mountinfo
+from daemon.common.shares import NotAnswering, ShareCall
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ CHECK_SECONDS = 2.0  # a stat of the folder and of its parent: cheap, also over 
 REMIND_SECONDS = 60.0
 
 Identity = tuple[int, int]  # (st_dev, st_ino)
-ChangeKind = Literal["gone", "unmounted", "back", "replaced"]
+ChangeKind = Literal["gone", "unmounted", "hung", "back", "replaced"]
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class Probe:
     parent_dev: int | None = None
     error: str | None = None  # why it cannot be seen, beyond "no such folder"
     listed: bool = False  # a mount point in the mount table
+    # The look did not return in time: the share hangs (a dead hard NFS mount). Whatever
+    # watches it is stuck in it, not dead: it is left alone until the share answers.
+    hung: bool = False
 
     @property
     def mount_point(self) -> bool:
@@ -64,6 +69,10 @@ class Probe:
         return self.listed or (
             self.parent_dev is not None and self.identity[0] != self.parent_dev
         )
+
+
+# How a folder is looked at (tests pass fakes): its path and the mount table's points.
+ProbeFn = Callable[[Path, "frozenset[str] | None"], "Probe"]
 
 
 def mount_points(mountinfo: str | None = None) -> frozenset[str] | None:
@@ -100,7 +109,23 @@ def probe_folder(path: Path, points: frozenset[str] | None = None) -> Probe:
     return Probe((st.st_dev, st.st_ino), parent_dev, listed=listed)
 
 
+def probe_through(
+    call: ShareCall,
+    path: Path,
+    points: frozenset[str] | None,
+    probe: ProbeFn = probe_folder,
+) -> Probe:
+    """`probe(path, points)` in the lane of the share holding `path`: a share that does
+    not answer in time is a look that says so (`hung`), not a frozen caller."""
+    try:
+        return call(path, lambda: probe(path, points))
+    except NotAnswering as exc:
+        return Probe(None, error=exc.strerror or str(exc), hung=True)
+
+
 def _gone(probe: Probe) -> str:
+    if probe.hung:
+        return probe.error or "not answering"
     return f"gone (unmounted? {probe.error})" if probe.error else "gone (unmounted?)"
 
 
@@ -133,6 +158,7 @@ class FolderPresence:
         self.identity: Identity | None = None
         self.mount_point = False  # sticky: once a mount point, unmounted when it is not
         self.missing: str | None = None  # why, while it is away
+        self.hung = False  # away because it does not answer (a hung share)
         self.missing_since: float | None = None  # monotonic
         self.missing_since_wall: float | None = None
         self.next_check = 0.0
@@ -158,6 +184,7 @@ class FolderPresence:
         self.mount_point = probe.mount_point
         self.next_check = now + self.check_seconds
         if probe.identity is None:
+            self.hung = probe.hung
             self._went_away(_gone(probe), now, wall)
 
     def update(self, probe: Probe, now: float, wall: float) -> Change | None:
@@ -167,7 +194,7 @@ class FolderPresence:
             return None
         self.next_check = now + self.check_seconds
         if probe.identity is None:
-            return self._away(_gone(probe), "gone", now, wall)
+            return self._away(_gone(probe), "hung" if probe.hung else "gone", now, wall)
         if self.mount_point and not probe.mount_point:
             return self._away(
                 "not mounted (what is there is the empty mount point on the parent file "
@@ -183,6 +210,7 @@ class FolderPresence:
             self.log.info("%s is back after %.0f s: watching it again",
                           self._name(), away)
             self.missing = self.missing_since = self.missing_since_wall = None
+            self.hung = False
             self.identity = probe.identity
             return Change("back", f"back after {away:.0f} s")
         if probe.identity != self.identity:
@@ -195,6 +223,7 @@ class FolderPresence:
         return None
 
     def _away(self, why: str, kind: ChangeKind, now: float, wall: float) -> Change | None:
+        self.hung = kind == "hung"
         if self.missing is None:
             self._went_away(why, now, wall)
             return Change(kind, why)

@@ -39,6 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from daemon.common.shares import NotAnswering
+
 logger = logging.getLogger(__name__)
 
 StatFn = Callable[[Path], os.stat_result]
@@ -101,6 +103,8 @@ class FileStabilityTracker:
         # path -> time of its last write event, for pending paths still open for writing
         # (always a subset of _pending's keys).
         self._open_for_write: dict[Path, float] = {}
+        # Set by the last tick when a stat did not return in time (a hung share).
+        self.not_answering: NotAnswering | None = None
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -177,11 +181,17 @@ class FileStabilityTracker:
     def tick(self, now: float) -> list[Path]:
         """Stat the due paths; return (and stop tracking) those that are stable."""
         ready: list[Path] = []
+        self.not_answering = None
         for path, entry in list(self._pending.items()):
             if entry.due > now:
                 continue
             try:
                 st = self._stat(path)
+            except NotAnswering as exc:
+                # The share hangs: every path of it stays pending as it is, and the
+                # watcher, told here, stops looking into it until it answers.
+                self.not_answering = exc
+                break
             except (FileNotFoundError, NotADirectoryError):
                 self.forget(path)
                 continue

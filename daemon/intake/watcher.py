@@ -16,8 +16,13 @@ Events are hints, the folder is the truth (the paperless-ngx / huey approach):
 
 The parts: which names count (daemon/intake/ignore.py), which observer an inbox gets
 (daemon/intake/mounts.py), the stability tracker (daemon/intake/stability.py), the
-observers and their event handler (daemon/intake/observers.py). This module ties them
-together per inbox.
+observers and their event handler (daemon/intake/observers.py), one inbox's state and
+how its folders are listed (daemon/intake/scan.py), what a watcher is built from
+(daemon/intake/watch_settings.py). This module ties them together per inbox.
+
+Every call into an inbox goes through the lane of its share (daemon/common/shares.py): a
+share that stops answering (a dead hard NFS mount) costs the main loop one deadline, is
+reported like a vanished share, and is rescanned when it answers again.
 
 Nothing here hashes files or touches the database, and nothing sleeps: time is passed in.
 """
@@ -30,80 +35,60 @@ import logging
 import math
 import os
 import queue
-import stat
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from daemon.common.display import safe_display
+from daemon.common.live import InboxFacts
+from daemon.common.mounttable import read_mountinfo
+from daemon.common.shares import NotAnswering, Shares
 from daemon.config.settings import InboxConfig
 from daemon.intake.ignore import (
     absolute_path,
     is_candidate,
     is_candidate_name,
     is_ignored_dir_name,
-    is_ignored_file_name,
 )
 from daemon.intake.mounts import ObserverChoice, ObserverKind, choose_observer_kind
 from daemon.intake.observers import (
     EVENT_FILTER,
     EventHandler,
     HintKind,
-    ObserverFactory,
     ObserverLike,
     OverflowHook,
-    default_observer_factory,
     observer_healthy,
     reports_close_write,
 )
 from daemon.intake.presence import (
     FolderPresence,
-    Probe,
     RootWatch,
     mount_points,
-    probe_folder,
+    probe_through,
+)
+from daemon.intake.scan import (
+    InboxState,
+    excluded,
+    inside_symlink,
+    listed,
+    note_ignored,
+    refresh_roots,
+    regular_file,
+    walk,
 )
 from daemon.intake.stability import (
-    DEFAULT_OPEN_WRITE_CAP_SECONDS,
     FileStabilityTracker,
-    StatFn,
     StatSignature,
 )
+from daemon.intake.watch_settings import WatcherIO, WatcherSettings
 
 if TYPE_CHECKING:
     from daemon.config.settings import Config
 
+T = TypeVar("T")
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(eq=False)
-class _InboxState:
-    inbox: InboxConfig
-    root: Path  # absolute, as given to the observer
-    tracker: FileStabilityTracker
-    observer: ObserverLike | None = None
-    kind: ObserverKind | None = None
-    reason: str = "not started"
-    next_scan: float | None = None  # None: scan at the next tick
-    scan_error: str | None = None
-    excludes: tuple[Path, ...] = field(default=())  # resolved, strictly inside the root
-    real_root: Path | None = None
-    # Files that match no pattern and are not junk: left where they are, logged once and
-    # shown in `status` so a user learns why a dropped .docx or .zip never comes out.
-    ignored: set[PurePath] = field(default_factory=set)  # relative to the root
-    ignored_this_scan: set[PurePath] | None = None  # filled during a full rescan
-    # Is the folder there, and the same one? (daemon/intake/presence.py) While it is not,
-    # it has no observer, is not scanned and nothing in it is taken.
-    presence: FolderPresence = field(default_factory=lambda: FolderPresence("inbox"))
-    # Wall time at which the last complete scan began: whatever was in the folder then has
-    # been offered, so a reader can tell the inbox was looked at after a given moment.
-    scanned_at: float | None = None
-
-    def key(self) -> tuple[Path, bool, str]:
-        return (self.root, self.inbox.recursive, self.inbox.watch)
 
 
 class Watcher:
@@ -118,43 +103,16 @@ class Watcher:
     def __init__(
         self,
         inboxes: Sequence[InboxConfig],
-        *,
-        stability_seconds: float,
-        rescan_seconds: float,
-        empty_stability_seconds: float = 60.0,
-        poll_interval: float = 5.0,
-        exclude_dirs: Iterable[Path] = (),
-        stat: StatFn = os.lstat,
-        mountinfo_reader: Callable[[], str] | None = None,
-        observer_factory: ObserverFactory = default_observer_factory,
-        join_timeout: float = 5.0,
-        max_queued_hints: int = 100_000,
-        open_write_cap_seconds: float = DEFAULT_OPEN_WRITE_CAP_SECONDS,
-        probe: Callable[[Path, frozenset[str] | None], Probe] = probe_folder,
-        wall: Callable[[], float] = time.time,
+        settings: WatcherSettings,
+        io: WatcherIO | None = None,
     ) -> None:
-        """`exclude_dirs`: folders never scanned even when inside an inbox (pass the
-        outbox, archive, failed, duplicates and state folders so a misconfiguration
-        cannot loop). `poll_interval`: seconds between a polling observer's snapshots;
-        each one lists and stats the whole inbox tree over the network.
-        `open_write_cap_seconds`: how long after its last write event a file still open
-        for writing is held at most (in case its close event was lost). `probe`: how an
-        inbox folder is looked at every few seconds (stat); `wall`: the clock for the
-        "missing since" shown in status."""
-        self._stability_seconds = stability_seconds
-        self._rescan_seconds = rescan_seconds
-        self._empty_stability_seconds = empty_stability_seconds
-        self._open_write_cap_seconds = open_write_cap_seconds
-        self._poll_interval = poll_interval
-        self._exclude_dirs = tuple(exclude_dirs)
-        self._stat = stat
-        self._mountinfo_reader = mountinfo_reader
-        self._observer_factory = observer_factory
-        self._probe = probe
-        self._wall = wall
-        self._join_timeout = join_timeout
-        self._queue: queue.Queue[tuple[_InboxState, HintKind, str]] = queue.Queue(
-            maxsize=max_queued_hints
+        self._settings = settings
+        self._io = io = io or WatcherIO()
+        # Every call into an inbox's folder goes through its share's lane: a share that
+        # stops answering costs the main loop one deadline, then nothing.
+        self._shares = io.shares or Shares(mountinfo=io.mountinfo_reader or read_mountinfo)
+        self._queue: queue.Queue[tuple[InboxState, HintKind, str]] = queue.Queue(
+            maxsize=settings.max_queued_hints
         )
         self._hints_ready = threading.Event()
         self._overflowed = threading.Event()
@@ -162,50 +120,38 @@ class Watcher:
         self._started = False
         self._roots: RootWatch | None = None  # inotify on the inbox folders themselves
         self._overflow_hook = OverflowHook(self._overflowed, self._hints_ready)
-        self._states: list[_InboxState] = [self._new_state(inbox) for inbox in inboxes]
+        self._states: list[InboxState] = [self._new_state(inbox) for inbox in inboxes]
 
     @classmethod
-    def from_config(
-        cls,
-        config: Config,
-        *,
-        observer_factory: ObserverFactory = default_observer_factory,
-        poll_interval: float = 5.0,
-        wall: Callable[[], float] = time.time,
-    ) -> Watcher:
+    def from_config(cls, config: Config, io: WatcherIO | None = None) -> Watcher:
         """The production wiring: the output and state folders are never scanned."""
-        return cls(
-            config.inboxes,
-            stability_seconds=config.stability_seconds,
-            rescan_seconds=config.rescan_seconds,
-            poll_interval=poll_interval,
-            exclude_dirs=(
-                config.outbox,
-                config.archive,
-                config.failed,
-                config.duplicates,
-                config.state_dir,
-            ),
-            observer_factory=observer_factory,
-            wall=wall,
-        )
+        return cls(config.inboxes, WatcherSettings.from_config(config), io)
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def _new_state(self, inbox: InboxConfig) -> _InboxState:
+    def _new_state(self, inbox: InboxConfig) -> InboxState:
+        settings = self._settings
+        raw_stat = self._io.stat
+
+        def stat(path: Path) -> os.stat_result:
+            return self._call(path, lambda: raw_stat(path))
+
         tracker = FileStabilityTracker(
-            self._stability_seconds,
-            empty_stability_seconds=self._empty_stability_seconds,
-            open_write_cap_seconds=self._open_write_cap_seconds,
-            stat=self._stat,
+            settings.stability_seconds,
+            empty_stability_seconds=settings.empty_stability_seconds,
+            open_write_cap_seconds=settings.open_write_cap_seconds,
+            stat=stat,
         )
         root = absolute_path(inbox.path)
-        return _InboxState(
+        return InboxState(
             inbox=inbox,
             root=root,
             tracker=tracker,
             presence=FolderPresence(f"inbox {root}"),
         )
+
+    def _call(self, path: Path, fn: Callable[[], T]) -> T:
+        return self._shares.call(path, fn)
 
     def start(self) -> None:
         """Start one observer per inbox. Failures are logged, never raised: the periodic
@@ -217,22 +163,26 @@ class Watcher:
             self._first_look(state)
             self._start_observer(state)
 
-    def _first_look(self, state: _InboxState) -> None:
+    def _first_look(self, state: InboxState) -> None:
         # -inf: the first tick looks again, whatever its clock reads.
-        state.presence.start(
-            self._probe(state.root, self._mount_points()), -math.inf, self._wall()
-        )
+        state.share = self._shares.mount_of(state.root)
+        probe = probe_through(self._call, state.root, self._mount_points(), self._io.probe)
+        state.presence.start(probe, -math.inf, self._io.wall())
         self._watch_root(state)
 
-    def _watch_root(self, state: _InboxState) -> None:
-        if self._roots is not None and state.presence.present:
-            self._roots.watch(state.root)
+    def _watch_root(self, state: InboxState) -> None:
+        roots = self._roots
+        if roots is not None and state.presence.present:
+            # Adding the watch looks the path up: it hangs with the share.
+            with contextlib.suppress(NotAnswering):
+                self._call(state.root, lambda: roots.watch(state.root))
 
     def _mount_points(self) -> frozenset[str] | None:
-        if self._mountinfo_reader is None:
+        reader = self._io.mountinfo_reader
+        if reader is None:
             return mount_points()
         try:
-            return mount_points(self._mountinfo_reader())
+            return mount_points(reader())
         except OSError:
             return None
 
@@ -243,33 +193,49 @@ class Watcher:
         if self._roots is not None:
             self._roots.close()
             self._roots = None
-        observers = [s.observer for s in self._states if s.observer is not None]
+        observers = [(s.root, s.observer) for s in self._states if s.observer is not None]
         for state in self._states:
             state.observer = None
             state.reason = "stopped"
-        for observer in observers:
-            observer.stop()
-        for observer in observers:
+        stopped = [observer for root, observer in observers if self._halt(root, observer)]
+        for observer in stopped:
             self._join(observer)
 
+    def _halt(self, root: Path, observer: ObserverLike) -> bool:
+        """Tell an observer to stop. watchdog waits (unbounded) for a polling emitter
+        that is stuck in a hung share: through the share's lane, so that wait is bounded
+        and an observer stuck there is left behind (a daemon thread)."""
+        try:
+            self._call(root, observer.stop)
+        except NotAnswering:
+            logger.warning("inbox %s: its file observer is stuck in the share; left behind",
+                           root)
+            return False
+        return True
+
     def _join(self, observer: ObserverLike) -> None:
-        observer.join(self._join_timeout)
+        timeout = self._settings.join_timeout
+        observer.join(timeout)
         if observer.is_alive():
             # Daemon threads: they cannot keep the process alive, only leak until exit.
-            logger.warning("a file observer did not stop within %.0f s", self._join_timeout)
+            logger.warning("a file observer did not stop within %.0f s", timeout)
 
-    def _choose(self, state: _InboxState) -> ObserverChoice:
+    def _choose(self, state: InboxState) -> ObserverChoice:
         mountinfo: str | None = None
-        if state.inbox.watch == "auto" and self._mountinfo_reader is not None:
+        reader = self._io.mountinfo_reader
+        if state.inbox.watch == "auto" and reader is not None:
             try:
-                mountinfo = self._mountinfo_reader()
+                mountinfo = reader()
             except OSError as exc:
                 return ObserverChoice(
                     "events", f"cannot read mount table ({exc}); assuming a local disk"
                 )
-        return choose_observer_kind(state.root, state.inbox.watch, mountinfo)
+        # Resolving the inbox's path calls into its share.
+        return self._call(
+            state.root, lambda: choose_observer_kind(state.root, state.inbox.watch, mountinfo)
+        )
 
-    def _start_observer(self, state: _InboxState) -> None:
+    def _start_observer(self, state: InboxState) -> None:
         if not state.presence.present:
             state.reason = f"inbox {state.presence.missing}: watching for it to return"
             return
@@ -280,10 +246,14 @@ class Watcher:
                 "inbox %s: %d file(s) no longer held as open for writing (observer "
                 "restarted)", state.root, released
             )
-        choice = self._choose(state)
-        kind, reason = choice.kind, choice.reason
         try:
+            choice = self._choose(state)
+            kind, reason = choice.kind, choice.reason
             state.observer = self._schedule(state, kind)
+        except NotAnswering as exc:
+            self._observer_failed(state, exc)
+            state.presence.check_soon()
+            return
         except OSError as exc:
             if kind == "events" and exc.errno in (errno.ENOSPC, errno.EMFILE, errno.ENFILE):
                 # ENOSPC here means fs.inotify.max_user_watches (one watch per folder of
@@ -305,7 +275,7 @@ class Watcher:
         state.reason = reason
         logger.info("inbox %s: watching with %s (%s)", state.root, kind, reason)
 
-    def _observer_failed(self, state: _InboxState, exc: OSError) -> None:
+    def _observer_failed(self, state: InboxState, exc: OSError) -> None:
         state.observer = None
         state.kind = None
         previous = state.reason
@@ -316,8 +286,12 @@ class Watcher:
         if state.reason != previous:  # once, not at every rescan while the NAS is away
             logger.warning("inbox %s: %s", state.root, state.reason)
 
-    def _schedule(self, state: _InboxState, kind: ObserverKind) -> ObserverLike:
-        observer = self._observer_factory(kind, self._poll_interval)
+    def _schedule(self, state: InboxState, kind: ObserverKind) -> ObserverLike:
+        # Adding inotify watches walks the share: through its lane.
+        return self._call(state.root, lambda: self._schedule_here(state, kind))
+
+    def _schedule_here(self, state: InboxState, kind: ObserverKind) -> ObserverLike:
+        observer = self._io.observer_factory(kind, self._settings.poll_interval)
         observer.schedule(
             EventHandler(
                 state,
@@ -336,10 +310,9 @@ class Watcher:
             raise
         return observer
 
-    def _stop_observer(self, state: _InboxState) -> None:
+    def _stop_observer(self, state: InboxState) -> None:
         observer, state.observer = state.observer, None
-        if observer is not None:
-            observer.stop()
+        if observer is not None and self._halt(state.root, observer):
             self._join(observer)
 
     def replace_inboxes(self, inboxes: Sequence[InboxConfig]) -> None:
@@ -348,7 +321,7 @@ class Watcher:
         output subfolder, engine options) take effect at once, and a pattern change
         triggers a rescan of that inbox. Removed inboxes' observers are stopped."""
         remaining = list(self._states)
-        new_states: list[_InboxState] = []
+        new_states: list[InboxState] = []
         for inbox in inboxes:
             candidate = self._new_state(inbox)
             match = next((s for s in remaining if s.key() == candidate.key()), None)
@@ -371,7 +344,7 @@ class Watcher:
 
     # -- hints from watchdog threads ----------------------------------------------------
 
-    def _enqueue(self, state: _InboxState, kind: HintKind, path: str) -> None:
+    def _enqueue(self, state: InboxState, kind: HintKind, path: str) -> None:
         try:
             self._queue.put_nowait((state, kind, path))
         except queue.Full:
@@ -431,21 +404,24 @@ class Watcher:
         for state in self._states:
             if not state.presence.present:
                 continue  # a file written into an unmounted share's mount point
-            for path in state.tracker.tick(now):
+            stable = state.tracker.tick(now)
+            if state.tracker.not_answering is not None:
+                state.presence.check_soon()  # the next look says so
+            for path in stable:
                 # Patterns may have changed since the path was queued (SIGHUP).
                 relative = path.relative_to(state.root)
-                if is_candidate_name(relative, state.inbox) and not self._excluded(state, relative):
+                if is_candidate_name(relative, state.inbox) and not excluded(state, relative):
                     ready.append((state.inbox, path))
         return ready
 
     def _drain(self, now: float) -> None:
         self._hints_ready.clear()
         # Collapse the burst of events one copy produces into one hint per path.
-        files: dict[tuple[int, Path], _InboxState] = {}
+        files: dict[tuple[int, Path], InboxState] = {}
         # The last word of the burst on being open for writing: a write holds, a close or
         # a new file at that name releases (in the order the events happened).
         writing: dict[tuple[int, Path], bool] = {}
-        dirs: dict[tuple[int, Path], _InboxState] = {}
+        dirs: dict[tuple[int, Path], InboxState] = {}
         current = {id(s) for s in self._states}
         # Bounded: hints arriving while we drain wait for the next tick.
         for _ in range(self._queue.qsize()):
@@ -473,38 +449,57 @@ class Watcher:
                 files[key] = state
                 writing[key] = kind == "write"
         for key, state in files.items():
-            path = key[1]
             try:
-                relative = path.relative_to(state.root)
-            except ValueError:
-                continue
-            if self._excluded(state, relative):
-                continue
-            if is_candidate(path, state.inbox):
-                state.tracker.observe(path, now, open_for_write=writing.get(key))
-            elif self._listed(state, relative) and _regular_file(path):
-                # The same decision a rescan takes, at once: left alone, said once.
-                self._note_ignored(state, relative)
+                self._hinted_file(state, key[1], writing.get(key), now)
+            except NotAnswering:
+                state.presence.check_soon()  # the rest of its hints: the rescan on return
         for (_, path), state in dirs.items():
             self._scan_subtree(state, path, now)
+
+    def _hinted_file(
+        self, state: InboxState, path: Path, open_for_write: bool | None, now: float
+    ) -> None:
+        if not state.presence.present:
+            return  # its share stopped answering on an earlier hint of this drain
+        try:
+            relative = path.relative_to(state.root)
+        except ValueError:
+            return
+        if excluded(state, relative):
+            return
+        if self._call(path, lambda: is_candidate(path, state.inbox)):
+            state.tracker.observe(path, now, open_for_write=open_for_write)
+        elif listed(state, relative) and self._call(path, lambda: regular_file(path)):
+            # The same decision a rescan takes, at once: left alone, said once.
+            note_ignored(state, relative)
 
     # -- is each inbox still there? -----------------------------------------------------
 
     def _look(self, now: float) -> None:
         """stat each inbox every few seconds (at once after a root event): a folder that
-        vanished, was replaced or unmounted leaves a dead observer behind and nothing
-        would say so."""
+        vanished, was replaced, unmounted or hangs leaves a dead (or stuck) observer
+        behind and nothing would say so."""
         if self._roots is not None:
             fired = self._roots.fired()  # moved, deleted, unmounted: look now
             for state in self._states:
                 if state.root in fired:
                     state.presence.check_soon()
         due = [state for state in self._states if state.presence.due(now)]
-        points = self._mount_points() if due else None  # read once for all of them
+        if not due:
+            return
+        points = self._mount_points()  # read once for all of them
+        self._shares.refresh()
         for state in due:
+            state.share = self._shares.mount_of(state.root)
             presence = state.presence
-            change = presence.update(self._probe(state.root, points), now, self._wall())
+            probe = probe_through(self._call, state.root, points, self._io.probe)
+            change = presence.update(probe, now, self._io.wall())
             if change is None:
+                continue
+            if change.kind == "hung":
+                # Its observer is stuck in the share, not dead: stopping it would wait
+                # for it. Nothing of it is scanned or taken until the share answers.
+                state.reason = f"inbox {presence.missing}: watching for it to answer"
                 continue
             # Whatever watched the old folder is dead or watches the wrong one.
             self._stop_observer(state)
@@ -523,52 +518,31 @@ class Watcher:
 
     # -- scanning -------------------------------------------------------------------------
 
-    def _refresh_roots(self, state: _InboxState) -> None:
-        real_root = state.root.resolve()
-        state.real_root = real_root
-        excludes: list[Path] = []
-        for directory in self._exclude_dirs:
-            resolved = absolute_path(directory).resolve()
-            # Only folders strictly inside the inbox: the state folder may well contain
-            # the inbox, which must not exclude the inbox itself.
-            if resolved != real_root and resolved.is_relative_to(real_root):
-                excludes.append(resolved)
-        state.excludes = tuple(excludes)
-
-    def _listed(self, state: _InboxState, relative: PurePath) -> bool:
-        """Whether a rescan would list a file at `relative` (a junk-free name, the top
-        level of a non-recursive inbox, no ignored folder on the way)."""
-        parts = relative.parts
-        if not parts or (not state.inbox.recursive and len(parts) != 1):
-            return False
-        if any(is_ignored_dir_name(p) for p in parts[:-1]):
-            return False
-        return not is_ignored_file_name(parts[-1])
-
-    def _excluded(self, state: _InboxState, relative: PurePath) -> bool:
-        if not state.excludes or state.real_root is None:
-            return False
-        target = state.real_root / relative
-        return any(target == e or target.is_relative_to(e) for e in state.excludes)
-
-    def _rescan(self, state: _InboxState, now: float) -> None:
-        state.next_scan = now + self._rescan_seconds if self._rescan_seconds > 0 else math.inf
+    def _rescan(self, state: InboxState, now: float) -> None:
+        rescan_seconds = self._settings.rescan_seconds
+        state.next_scan = now + rescan_seconds if rescan_seconds > 0 else math.inf
         if self._started and (state.observer is None or not observer_healthy(state.observer)):
             if state.observer is not None:
                 logger.warning("inbox %s: file observer stopped; restarting it", state.root)
                 self._stop_observer(state)
             self._start_observer(state)
-        self._refresh_roots(state)
         present: set[Path] = set()
         offered = 0
-        began = self._wall()
+        began = self._io.wall()
         state.ignored_this_scan = set()
         try:
-            for path, st in self._walk(state, state.root, PurePath()):
+            refresh_roots(state, self._settings.exclude_dirs, self._call)
+            for path, st in walk(state, state.root, PurePath(), self._call):
                 present.add(path)
                 offered += state.tracker.offer(path, StatSignature.of(st), now)
             # Forget ignored files that are gone, so one dropped again is logged again.
             state.ignored = state.ignored_this_scan
+        except NotAnswering:
+            # The share hangs: the next look says so; the scan is redone when it answers.
+            state.ignored_this_scan = None
+            state.next_scan = None
+            state.presence.check_soon()
+            return
         except OSError as exc:
             # The root itself is unreadable (share unmounted, folder deleted). Keep the
             # reported signatures: a NAS that comes back must not re-offer every file.
@@ -585,108 +559,52 @@ class Watcher:
         state.tracker.retain_reported(present)
         logger.debug("inbox %s: scan found %d files, %d new", state.root, len(present), offered)
 
-    def _scan_subtree(self, state: _InboxState, directory: Path, now: float) -> None:
+    def _scan_subtree(self, state: InboxState, directory: Path, now: float) -> None:
+        if not state.presence.present:
+            return
         try:
             relative = directory.relative_to(state.root)
         except ValueError:
             return
         if not relative.parts or any(is_ignored_dir_name(p) for p in relative.parts):
             return
-        if state.real_root is None:
-            self._refresh_roots(state)
-        if self._excluded(state, relative):
-            return
-        # Never enter a symlinked folder, nor one below a symlinked folder.
-        probe = directory
-        while probe != state.root:
-            if probe.is_symlink():
-                return
-            probe = probe.parent
         try:
-            for path, st in self._walk(state, directory, relative):
+            if state.real_root is None:
+                refresh_roots(state, self._settings.exclude_dirs, self._call)
+            if excluded(state, relative):
+                return
+            # Never enter a symlinked folder, nor one below a symlinked folder.
+            if self._call(directory, lambda: inside_symlink(state.root, directory)):
+                return
+            for path, st in walk(state, directory, relative, self._call):
                 state.tracker.offer(path, StatSignature.of(st), now)
+        except NotAnswering:
+            state.presence.check_soon()
         except OSError as exc:
             logger.debug("inbox %s: cannot scan %s: %s", state.root, directory, exc)
 
-    def _walk(
-        self, state: _InboxState, start: Path, start_relative: PurePath
-    ) -> Iterator[tuple[Path, os.stat_result]]:
-        """Candidate files under `start`: os.scandir, symlinks never followed, ignored and
-        excluded folders skipped. An unreadable `start` raises; unreadable subfolders are
-        skipped."""
-        stack: list[tuple[Path, PurePath]] = [(start, start_relative)]
-        seen: set[tuple[int, int]] = set()  # bind mounts can make a folder its own child
-        while stack:
-            directory, relative = stack.pop()
-            try:
-                with os.scandir(directory) as iterator:
-                    entries = list(iterator)  # do not hold the handle while yielding
-            except OSError as exc:
-                if directory == start:
-                    raise
-                logger.debug("inbox %s: skipping %s: %s", state.root, directory, exc)
-                continue
-            for entry in entries:
-                entry_relative = relative / entry.name
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        if (
-                            state.inbox.recursive
-                            and not is_ignored_dir_name(entry.name)
-                            and not self._excluded(state, entry_relative)
-                        ):
-                            st = entry.stat(follow_symlinks=False)
-                            identity = (st.st_dev, st.st_ino)
-                            if identity not in seen:
-                                seen.add(identity)
-                                stack.append((Path(entry.path), entry_relative))
-                    elif entry.is_file(follow_symlinks=False):
-                        if is_candidate_name(entry_relative, state.inbox):
-                            yield Path(entry.path), entry.stat(follow_symlinks=False)
-                        elif not is_ignored_file_name(entry.name):
-                            self._note_ignored(state, entry_relative)
-                except OSError:
-                    continue  # vanished between listing and stat
-
-    def _note_ignored(self, state: _InboxState, relative: PurePath) -> None:
-        if state.ignored_this_scan is not None:
-            state.ignored_this_scan.add(relative)
-        if relative not in state.ignored:
-            state.ignored.add(relative)
-            logger.info(
-                "inbox %s: leaving %s alone: not a document type (patterns: %s)",
-                safe_display(state.root),
-                safe_display(str(relative)),
-                ", ".join(state.inbox.patterns),
-            )
-
     # -- status ---------------------------------------------------------------------------
 
-    def describe(self) -> list[dict[str, object]]:
-        """Per inbox, for `docinbox status` and the health endpoint."""
-        return [
-            {
-                "path": str(state.root),
-                "recursive": state.inbox.recursive,
-                "watch": state.inbox.watch,
-                "observer": state.kind if state.observer is not None else "none",
-                "missing": state.presence.missing,
-                "missing_since": state.presence.missing_since_wall,
-                "observer_alive": state.observer is not None and observer_healthy(state.observer),
-                "reason": state.reason,
-                "pending": len(state.tracker),
-                "open_for_write": state.tracker.open_for_write_count,
-                "scan_error": state.scan_error,
-                "scanned_at": state.scanned_at,
-                "ignored": len(state.ignored),
-                "ignored_names": sorted(safe_display(str(p)) for p in state.ignored)[:5],
-            }
+    def describe(self) -> tuple[InboxFacts, ...]:
+        """Per inbox, for `docinbox status`, the health endpoint and the metrics."""
+        return tuple(
+            InboxFacts(
+                path=str(state.root),
+                recursive=state.inbox.recursive,
+                watch=state.inbox.watch,
+                observer=state.kind if state.observer is not None else "none",
+                observer_alive=state.observer is not None and observer_healthy(state.observer),
+                reason=state.reason,
+                pending=len(state.tracker),
+                open_for_write=state.tracker.open_for_write_count,
+                scan_error=state.scan_error,
+                ignored=len(state.ignored),
+                ignored_names=tuple(sorted(safe_display(str(p)) for p in state.ignored)[:5]),
+                missing=state.presence.missing,
+                missing_since=state.presence.missing_since_wall,
+                share=state.share,
+                answering=not state.presence.hung,
+                scanned_at=state.scanned_at,
+            )
             for state in self._states
-        ]
-
-
-def _regular_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
+        )

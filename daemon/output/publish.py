@@ -289,6 +289,10 @@ class Publisher:
             self._hold_failed(job, kind, message)
         except OSError as exc:
             log.error("job %s: could not move the original to failed/: %s", job.id, exc)
+        return self.failure_event(job, kind, message)
+
+    def failure_event(self, job: Job, kind: str, message: str) -> NewEvent | None:
+        """The failure's event alone, for when the original cannot be moved at all."""
         outcome = Outcome.failed(self.store.job(job.id) or job, self.wall(), kind, message)
         return self.events.event_for(outcome)
 

@@ -23,22 +23,23 @@ from types import FrameType
 from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import ExitCode
-from daemon.common.live import FolderFacts, InboxFacts, Live, Phase
+from daemon.common.live import Live, Phase
+from daemon.common.shares import Shares
 from daemon.config.settings import (
     Config,
     ConfigError,
     check_paths,
     http_token,
     load_config,
-    output_folders,
 )
 from daemon.intake.ingest import Ingestor, IngestRetries
-from daemon.intake.presence import FolderPresence, mount_points, probe_folder
+from daemon.intake.watch_settings import WatcherIO
 from daemon.intake.watcher import Watcher
 from daemon.jobs.store import SchemaError, Store, StoreBusy, StoreFull
 from daemon.jobs.upkeep import Upkeep
 from daemon.output import outbox
 from daemon.output.publish import Publisher
+from daemon.service.folders import GuardedOutcomes, OutputFolders
 from daemon.service.hooks import HookService
 from daemon.service.httpserver import HttpServer, start_http_server
 from daemon.service.notify import Notifier
@@ -128,9 +129,12 @@ class Daemon:
         self.ready_sent = False
         self.next_runtime = 0.0
         self.last_headline: tuple[object, ...] | None = None
+        # Every call into an inbox or output folder the main loop makes goes through
+        # the lane of its share, with a deadline: a hung share cannot freeze the loop.
+        self.shares = Shares()
         # The output folders, looked at every few seconds like the inboxes: a share that
-        # went away makes documents wait, not fail (config key -> its presence).
-        self.folders: dict[str, tuple[Path, FolderPresence]] = {}
+        # went away or hangs makes documents wait, not fail.
+        self.folders = OutputFolders(self.shares, wall, log)
         self.stop_requested = False
         self.reload_requested = False
         self.retries = IngestRetries()
@@ -163,11 +167,17 @@ class Daemon:
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
         self.publisher = Publisher(self.cfg, self.store, self.wall, self.hooks)
-        self.watcher = Watcher.from_config(self.cfg, wall=self.wall)
-        self._watch_folders(now)
-        self.ingestor = Ingestor(self.cfg, self.store, self.wall, self.watcher.forget,
-                                 self.hooks)
-        self.supervisor = Supervisor(self.cfg, self.store, self.publisher, wall=self.wall)
+        self.watcher = Watcher.from_config(
+            self.cfg, WatcherIO(wall=self.wall, shares=self.shares)
+        )
+        self.folders.watch(self.cfg, now)
+        self.ingestor = Ingestor(
+            self.cfg, self.store, self.wall, self.watcher.forget, self.hooks,
+            call=self.shares.call,
+        )
+        self.supervisor = Supervisor(
+            self.cfg, self.store, GuardedOutcomes(self.publisher, self.folders), wall=self.wall
+        )
         self.watcher.start()
         self.started_wall = self.wall()
         self.live = self.take_live(now)  # the HTTP thread may ask before the first tick
@@ -185,12 +195,7 @@ class Daemon:
                     exc,
                 )
         for w in self.watcher.describe():
-            log.info(
-                "watching %s (%s: %s)",
-                safe_display(str(w["path"])),
-                w["observer"],
-                w.get("reason", ""),
-            )
+            log.info("watching %s (%s: %s)", safe_display(w.path), w.observer, w.reason or "")
         log.info(
             "docinbox %s started; engine %s%s",
             __version__,
@@ -213,6 +218,7 @@ class Daemon:
                 self.store.set_runtime({"pid": None, "phase": "stopped", "stopped_at": self.wall(),
                                         "hooks_disabled": {}})
             self.store.close()
+        self.shares.close()
         self.lock.release()
         self.notifier.close()
 
@@ -233,7 +239,13 @@ class Daemon:
                 # cannot be watched): keep what is running and say why.
                 log.exception("reload failed; the running configuration stays in force")
                 self.notifier.ready(self.status_line())
-        self._look_at_folders(now)
+        # The document in progress may still finish its pages; its output then waits
+        # (retried like a full disk), and no new document starts.
+        missing = self.folders.look(now)
+        if missing:
+            self.supervisor.hold_new_documents(missing)
+        else:
+            self.supervisor.take_new_documents()
         try:
             if not self.supervisor.stopping:
                 self._ingest(now)
@@ -271,42 +283,6 @@ class Daemon:
         except Exception:
             # Housekeeping must never take the daemon down; it is tried again when due.
             log.exception("internal error while keeping the state database small")
-
-    def _watch_folders(self, now: float) -> None:
-        """(Re)build the output folders' presence from the config (start, reload)."""
-        wanted = [(k, p) for k, p in output_folders(self.cfg) if k != "state_dir"]
-        old = self.folders
-        self.folders = {}
-        for key, folder in wanted:
-            kept = old.get(key)
-            if kept is not None and kept[0] == folder:
-                self.folders[key] = kept
-                continue
-            presence = FolderPresence(
-                f"the {key} ({folder})",
-                waiting="documents wait in the queue until it returns",
-                log=log,
-            )
-            presence.start(probe_folder(folder, mount_points()), now, self.wall())
-            self.folders[key] = (folder, presence)
-
-    def _look_at_folders(self, now: float) -> None:
-        assert self.supervisor
-        due = [(f, p) for f, p in self.folders.values() if p.due(now)]
-        points = mount_points() if due else None
-        for folder, presence in due:
-            presence.update(probe_folder(folder, points), now, self.wall())
-        missing = [
-            f"the {key} ({safe_display(folder)}) is {presence.missing}"
-            for key, (folder, presence) in self.folders.items()
-            if presence.missing is not None
-        ]
-        # The document in progress may still finish its pages; its output then waits
-        # (retried like a full disk), and no new document starts.
-        if missing:
-            self.supervisor.hold_new_documents("; ".join(missing))
-        else:
-            self.supervisor.take_new_documents()
 
     def _ingest(self, now: float) -> None:
         assert self.watcher and self.ingestor
@@ -395,13 +371,8 @@ class Daemon:
                 if sup.worker.proc is not None else None,
             ),
             current=snap.current,
-            inboxes=tuple(
-                ib for ib in map(InboxFacts.from_json, self.watcher.describe()) if ib is not None
-            ),
-            folders=tuple(
-                FolderFacts(key, str(folder), presence.missing, presence.missing_since_wall)
-                for key, (folder, presence) in self.folders.items()
-            ),
+            inboxes=self.watcher.describe(),
+            folders=self.folders.facts(),
             taken_at=now,
         )
 
@@ -462,7 +433,7 @@ class Daemon:
         if self.upkeep is not None:
             self.upkeep.retention_seconds = new.hooks.retention_days * 86400.0
         self.watcher.replace_inboxes(new.inboxes)
-        self._watch_folders(now)
+        self.folders.watch(new, now)
         self.retries.keep_inboxes(new.inboxes)
         self.watcher.rescan_now()
         log.info("configuration reloaded from %s", safe_display(new.source or ""))

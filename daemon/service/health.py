@@ -13,9 +13,9 @@ failing:  engine fatal (weights missing, no fallback); the worker not alive for 
 degraded: worker down or restarting (within the grace above); running on the fallback
           engine; free space under `disk_low_bytes` (1 GiB); main loop slow (hashing a
           big file over a slow share, database busy); an inbox whose observer died or
-          whose scan fails; an inbox or output folder that is gone or unmounted (a share
-          away: documents wait for it); stopping; status not recorded in the database
-          lately.
+          whose scan fails; an inbox or output folder that is gone, unmounted or whose
+          share does not answer (a share away or hung: documents wait for it); stopping;
+          status not recorded in the database lately.
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ def assess(status: Status, thresholds: Thresholds | None = None) -> Health:
                 if ib.missing_since is not None
                 else ""
             )
-            degraded.append(f"inbox {ib.path} is {ib.missing}{when}: watching for it to return")
+            waiting = "watching for it to return" if ib.answering else "waiting for it to answer"
+            degraded.append(f"inbox {ib.path} is {ib.missing}{when}: {waiting}")
         elif ib.scan_error:
             degraded.append(f"inbox {ib.path}: {ib.scan_error}")
         elif ib.observer not in (None, "none", "poll") and not ib.observer_alive:
@@ -156,6 +157,7 @@ def healthz_body(status: Status, health: Health) -> dict[str, object]:
         "loop_age": None if status.loop_age is None else round(status.loop_age, 3),
         "inboxes_watched": [ib.path for ib in status.inboxes],
         "inboxes_missing": [ib.path for ib in status.inboxes if ib.missing is not None],
+        "shares_not_answering": [s.mount for s in status.shares if not s.answering],
         "disk_free_bytes": status.disk_free,
         "counts": dict(q.counts) if q else None,
         "queue_age_seconds": status.queue_age_seconds or 0.0,

@@ -274,6 +274,15 @@ def _health_metrics(st: Status, h: Health) -> Iterable[Metric]:
     for f in st.live.folders if st.live and st.running and not st.live_error else ():
         folders.add_metric([f.name], 0.0 if f.missing is not None else 1.0)
     yield folders
+    shares = GaugeMetricFamily(
+        "docinbox_share_answering",
+        "1 while calls into a share (the mount holding an inbox or output folder) return; "
+        "0 while one has not returned within the deadline (a hung NFS mount).",
+        labels=["share"],
+    )
+    for share in st.shares if not st.live_error else ():
+        shares.add_metric([share.mount], 1.0 if share.answering else 0.0)
+    yield shares
 
 
 def _recent_histogram(seconds: tuple[float, ...]) -> Metric:

@@ -233,6 +233,16 @@ class DiskFree:
 
 
 @dataclass(frozen=True)
+class ShareState:
+    """A share (mount point) holding watched inboxes or output folders, and whether it
+    answers: a hung hard NFS mount does not vanish, its calls never return."""
+
+    mount: str
+    answering: bool
+    folders: tuple[str, ...]  # the inboxes and output folders on it
+
+
+@dataclass(frozen=True)
 class Queue:
     """Facts from the database."""
 
@@ -329,6 +339,25 @@ class Status:
         if not self.running or self.live is None:
             return ()
         return tuple(f for f in self.live.folders if f.missing is not None)
+
+    @property
+    def shares(self) -> tuple[ShareState, ...]:
+        """Every share the running daemon calls into, in the order first met."""
+        if not self.running or self.live is None:
+            return ()
+        found: dict[str, ShareState] = {}
+        places = [(ib.share, ib.answering, ib.path) for ib in self.live.inboxes]
+        places += [(f.share, f.answering, f.path) for f in self.live.folders]
+        for mount, answering, path in places:
+            if mount is None:
+                continue
+            old = found.get(mount)
+            found[mount] = ShareState(
+                mount,
+                answering and (old is None or old.answering),
+                (old.folders if old else ()) + (path,),
+            )
+        return tuple(found.values())
 
     @property
     def worker(self) -> WorkerFacts:
@@ -471,7 +500,11 @@ def read_queue(store: Store, now: float) -> Queue:
     )
 
 
-def disk_free(name: str, folder: Path) -> DiskFree:
+def disk_free(name: str, folder: Path, hung: frozenset[str] = frozenset()) -> DiskFree:
+    """`hung`: folders whose share does not answer (the running daemon's facts): asking
+    the file system would hang this request too, so their free space is unknown."""
+    if str(folder) in hung:
+        return DiskFree(name, str(folder), None)
     try:
         # shutil.disk_usage().free is f_bavail: what an unprivileged user can still
         # write, not counting the blocks reserved for root.
@@ -538,6 +571,9 @@ def collect(
         else:
             if current.taken_at is not None and monotonic is not None:
                 loop_age = max(0.0, monotonic - current.taken_at)
+    hung = frozenset(
+        f.path for f in (current.folders if current is not None else ()) if not f.answering
+    )
     return Status(
         now=now,
         configured_engine=cfg.engine.name,
@@ -551,5 +587,5 @@ def collect(
         loop_age=loop_age,
         queue=queue,
         store_error=store_error,
-        disks=(disk_free("outbox", cfg.outbox), disk_free("state_dir", cfg.state_dir)),
+        disks=(disk_free("outbox", cfg.outbox, hung), disk_free("state_dir", cfg.state_dir, hung)),
     )
