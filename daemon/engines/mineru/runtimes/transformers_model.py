@@ -62,6 +62,7 @@ from daemon.engines.mineru.runtimes.decoder_precision import (
     prepare_decoder,
 )
 from daemon.engines.mineru.runtimes.decoder_precision import PRECISIONS as SPECS
+from daemon.engines.mineru.runtimes.vision_attention import use_fastest_attention
 
 # Both are declared once, in the configuration: the default model and the precision names
 # (the recipes behind the names are decoder_precision.PRECISIONS; a test holds the two
@@ -369,6 +370,7 @@ def load_model(
         cast_in_chunks(qwen.model.visual, vision_dtype)
     gc.collect()
     use_inplace_quick_gelu(qwen.model.visual)
+    attention = use_fastest_attention(qwen.model.visual)  # chunked GEMMs where SDPA is slow
     return_freed_memory()
     if spec.vision != _first_decoder_float(qwen):
         # The decoder takes the image features in its own dtype.
@@ -382,6 +384,7 @@ def load_model(
         dtype_vision=spec.vision,
         dtype_decoder=dtype_decoder,
         load_seconds=time.monotonic() - started,
+        details={"vision_attention": attention.kernel},
     )
 
 
