@@ -14,8 +14,9 @@ and its 151,936-token output head. Random values: these are speeds, not numerics
   rows: torch's int8 kernel against dequantising to bf16 for a dense GEMM.
 - `vision-attention`: one layer's attention (16 heads of 80 over the 4,900 patches), torch's
   SDPA against the query-chunked GEMMs of runtimes/vision_attention.py at 128 / 256 / 512 /
-  1,024 query rows, bf16 and fp32: the wall clock on --threads (best of 5, the load average
-  beside it) and one thread's CPU time (best of 3; other processes do not inflate it).
+  1,024 query rows, bf16 (where native) and fp32: the wall clock on --threads (best of 5,
+  the load average beside it) and one thread's CPU time (best of 3; other processes do not
+  inflate it).
 
     python bench/bench_kernels.py [gemm head vision int8-gemm int8-layers]
     MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \\
@@ -167,6 +168,7 @@ def int8_layers(torch: Any, F: Any) -> None:
 
 
 def vision_attention(torch: Any, F: Any) -> None:
+    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
     from daemon.engines.mineru.runtimes.vision_attention import query_chunked_attention
 
     head_dim = VISION_HIDDEN // VISION_HEADS
@@ -194,7 +196,9 @@ def vision_attention(torch: Any, F: Any) -> None:
 
     print("| dtype | kernel | wall, best of 5 (load) | one thread's CPU time |")
     print("|---|---|---|---|")
-    for dtype in (torch.bfloat16, torch.float32):
+    # Where bf16 is emulated no precision runs a bf16 tower (auto_precision), and its
+    # emulated GEMMs would take minutes here: fp32 only.
+    for dtype in (torch.bfloat16, torch.float32) if native_bf16() else (torch.float32,):
         one_dtype(dtype)
 
 
