@@ -168,3 +168,42 @@ def test_the_loader_names_the_kernel_its_tower_runs(tmp_path: Any) -> None:
     visual = loaded.model.model.visual
     assert (visual.config._attn_implementation == ATTENTION_NAME) == (kernel == "chunked")
     assert loaded.model.model.language_model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_one_pass_rotary_gives_transformers_bits(dtype: Any) -> None:
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+
+    from daemon.engines.mineru.runtimes.vision_attention import rotary_vision
+
+    rotate_half: Any = modeling_qwen2_vl.rotate_half  # untyped in transformers
+
+    generator = torch.Generator().manual_seed(2)
+    q, k, _ = torch.randn(300, 3, 4, HEAD_DIM, generator=generator).to(dtype).unbind(1)
+    cos, sin = torch.randn(2, 300, HEAD_DIM, generator=generator)
+    got = rotary_vision(q, k, cos, sin)
+    # transformers' apply_rotary_pos_emb_vision (5.25), spelled out: the name itself is
+    # swapped for rotary_vision once a model is loaded in this process.
+    c, s = cos.unsqueeze(-2).float(), sin.unsqueeze(-2).float()
+    for x, rotated in zip((q, k), got, strict=True):
+        want = (x.float() * c + rotate_half(x.float()) * s).to(dtype)
+        assert rotated.dtype == dtype and torch.equal(rotated, want)
+
+
+def test_a_tower_with_the_one_pass_rotary_gives_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+
+    from daemon.engines.mineru.runtimes.vision_attention import rotary_vision
+
+    def transformers_rotary(q: Any, k: Any, cos: Any, sin: Any) -> tuple[Any, Any]:
+        c, s = cos.unsqueeze(-2).float(), sin.unsqueeze(-2).float()
+        turn: Any = modeling_qwen2_vl.rotate_half  # untyped in transformers
+        return tuple((x.float() * c + turn(x.float()) * s).to(x.dtype) for x in (q, k))
+
+    model = tower()
+    monkeypatch.setattr(modeling_qwen2_vl, "apply_rotary_pos_emb_vision", transformers_rotary)
+    want = features(model, torch.float32)
+    monkeypatch.setattr(modeling_qwen2_vl, "apply_rotary_pos_emb_vision", rotary_vision)
+    assert torch.equal(features(model, torch.float32), want)

@@ -24,6 +24,10 @@ Which kernel a tower uses is chosen at load time (`choose_kernel`): on an AMX CP
 kernel stays (it runs on AMX tiles, 172 ms a layer); elsewhere both are timed once on the
 real shape (one head of the layout image) and the faster one is kept. The chunked kernel
 reaches transformers through its attention-interface registry, under ATTENTION_NAME.
+
+The rotary embedding applied to q and k before attention (`rotary_vision`) gives
+transformers' bits with fewer passes over memory: 3x faster in fp32, 1.7x in bf16 on Zen 4
+(one thread; ~40 ms a layer of the layout image in fp32).
 """
 
 from __future__ import annotations
@@ -206,10 +210,52 @@ def choose_kernel(
     return AttentionChoice(kernel, "measured", round(sdpa_ms, 1), round(chunked_ms, 1))
 
 
+def rotary_vision(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' apply_rotary_pos_emb_vision, the same bits in fewer passes.
+
+    transformers computes q*cos + rotate_half(q)*sin, rotate_half being a negation and a
+    concatenation: five full-size temporaries per tensor. Here each half is updated in
+    place with its product (a - b is a + (-b) exactly in IEEE arithmetic, so the bits are
+    equal; a test holds them equal). In fp32 and in the same fp32 arithmetic for bf16
+    inputs, as transformers does; the result in the inputs' dtype.
+    """
+    cos, sin = cos.unsqueeze(-2).float(), sin.unsqueeze(-2).float()
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    wide = x.float()
+    out = wide * cos
+    out[..., :half].sub_(wide[..., half:] * sin[..., :half])
+    out[..., half:].add_(wide[..., :half] * sin[..., half:])
+    return out.to(x.dtype)
+
+
+def use_one_pass_rotary() -> bool:
+    """Have Qwen2-VL's vision attention rotate q and k with `rotary_vision`; whether it does.
+
+    VisionAttention.forward calls its module's apply_rotary_pos_emb_vision by name, so the
+    module's name is what changes: for every Qwen2-VL in this process, which is harmless
+    because the bits are the same. Left alone if transformers no longer has that function.
+    """
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+
+    if not hasattr(modeling_qwen2_vl, "apply_rotary_pos_emb_vision"):
+        return False
+    modeling_qwen2_vl.apply_rotary_pos_emb_vision = rotary_vision
+    return True
+
+
 def use_fastest_attention(visual: Any) -> AttentionChoice:
     """Give a loaded Qwen2-VL vision tower the faster attention kernel for its dtype here
-    (`visual`: the Qwen2VisionTransformerPretrainedModel, already in its final dtype)."""
+    (`visual`: the Qwen2VisionTransformerPretrainedModel, already in its final dtype), and
+    the one-pass rotary embedding (the same bits)."""
     import torch
+
+    use_one_pass_rotary()
 
     config = visual.config
     head_dim = config.embed_dim // config.num_heads
