@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +60,23 @@ CHUNK_ROWS = 512
 MARGIN = 0.9
 # ISA caps change which kernels torch runs: a CPU table cannot know them, so measure.
 _ISA_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+class VisionConfig(Protocol):
+    """What is read and set of a Qwen2-VL vision config (transformers' Qwen2VLVisionConfig)."""
+
+    embed_dim: int
+    num_heads: int
+    _attn_implementation: str | None  # which attention function the tower's blocks call
+
+
+class VisionTower(Protocol):
+    """A loaded Qwen2-VL vision tower (transformers' Qwen2VisionTransformerPretrainedModel)."""
+
+    @property
+    def config(self) -> VisionConfig: ...
+
+    def get_dtype(self) -> torch.dtype: ...
 
 
 @dataclass(frozen=True)
@@ -117,14 +134,14 @@ def query_chunked_attention(
 
 
 def chunked_attention_forward(
-    module: Any,  # transformers' attention module (only `training` is read)
+    module: torch.nn.Module,  # transformers' attention module (only `training` is read)
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
-    **kwargs: Any,  # the rest of transformers' attention-interface keywords
+    **kwargs: object,  # the rest of transformers' attention-interface keywords
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-interface signature: (1, heads, patches, head_dim) in,
     (1, patches, heads, head_dim) out, as its SDPA function returns it.
@@ -144,7 +161,9 @@ def chunked_attention_forward(
         and query.dtype in (torch.float32, torch.bfloat16)
     )
     if not plain:
-        return sdpa_attention_forward(
+        # Its keywords pass through as transformers sent them, whatever their types.
+        sdpa: Callable[..., tuple[torch.Tensor, None]] = sdpa_attention_forward
+        return sdpa(
             module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
         )
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
@@ -249,7 +268,7 @@ def use_one_pass_rotary() -> bool:
     return True
 
 
-def use_fastest_attention(visual: Any) -> AttentionChoice:
+def use_fastest_attention(visual: VisionTower) -> AttentionChoice:
     """Give a loaded Qwen2-VL vision tower the faster attention kernel for its dtype here
     (`visual`: the Qwen2VisionTransformerPretrainedModel, already in its final dtype), and
     the one-pass rotary embedding (the same bits)."""
@@ -267,7 +286,7 @@ def use_fastest_attention(visual: Any) -> AttentionChoice:
     return choice
 
 
-def use_chunked_attention(visual: Any) -> None:
+def use_chunked_attention(visual: VisionTower) -> None:
     """Route a Qwen2-VL vision tower's attention through the chunked kernel.
 
     VisionAttention asks transformers' attention-interface registry for the function named
