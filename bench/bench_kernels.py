@@ -12,6 +12,11 @@ and its 151,936-token output head. Random values: these are speeds, not numerics
 - `int8-gemm`: int8 x int8 -> int32 (`torch._int_mm`) against fp32, the vision linear's shape.
 - `int8-layers`: the decoder's 24 layers of int8 weights (cache-cold) over 1 / 4 / 8 / 16
   rows: torch's int8 kernel against dequantising to bf16 for a dense GEMM.
+- `vision-attention`: one layer's attention (16 heads of 80 over the 4,900 patches), torch's
+  SDPA against the query-chunked GEMMs of runtimes/vision_attention.py at 128 / 256 / 512 /
+  1,024 query rows, bf16 (where native) and fp32: the wall clock on --threads (best of 5,
+  the load average beside it) and one thread's CPU time (best of 3; other processes do not
+  inflate it).
 
     python bench/bench_kernels.py [gemm head vision int8-gemm int8-layers]
     MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 \\
@@ -35,17 +40,19 @@ from typing import Any
 PATCHES = 4_900  # the layout image: 70 x 70 patches
 VISION_HIDDEN, VISION_MLP, VISION_HEADS = 1_280, 5_120, 16
 HIDDEN, MLP, VOCAB, LAYERS = 896, 4_864, 151_936, 24
-MODES = ("gemm", "head", "vision", "int8-gemm", "int8-layers")
+MODES = ("gemm", "head", "vision", "int8-gemm", "int8-layers", "vision-attention")
+CHUNK_ROWS = (128, 256, 512, 1_024)
 
 
-def ms(fn: Callable[[], object], repeat: int = 3) -> float:
+def ms(fn: Callable[[], object], repeat: int = 3, clock: Callable[[], float] = time.perf_counter
+       ) -> float:  # fmt: skip
     """Best-of-`repeat` milliseconds of `fn` after one warm-up call."""
     fn()
     best = float("inf")
     for _ in range(repeat):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        best = min(best, time.perf_counter() - start)
+        best = min(best, clock() - start)
     return best * 1000
 
 
@@ -160,6 +167,41 @@ def int8_layers(torch: Any, F: Any) -> None:
         print(f"| {rows} | {kernel:.1f} ms | {dense:.1f} ms |")
 
 
+def vision_attention(torch: Any, F: Any) -> None:
+    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
+    from daemon.engines.mineru.runtimes.vision_attention import query_chunked_attention
+
+    head_dim = VISION_HIDDEN // VISION_HEADS
+    threads = torch.get_num_threads()
+
+    def timed(fn: Callable[[], object]) -> str:
+        wall = ms(fn, repeat=5)
+        load = os.getloadavg()[0]
+        torch.set_num_threads(1)
+        try:
+            cpu = ms(fn, clock=time.thread_time)
+        finally:
+            torch.set_num_threads(threads)
+        return f"{wall:.0f} ms (load {load:.2f}) | {cpu:.0f} ms"
+
+    def one_dtype(dtype: Any) -> None:
+        q, k, v = (torch.randn(VISION_HEADS, PATCHES, head_dim).to(dtype) for _ in range(3))
+        name = str(dtype).removeprefix("torch.")
+        sdpa = timed(lambda: F.scaled_dot_product_attention(q[None], k[None], v[None]))
+        print(f"| {name} | SDPA | {sdpa} |", flush=True)
+        for rows in CHUNK_ROWS:
+            chunked = timed(lambda rows=rows: query_chunked_attention(  # type: ignore[misc]
+                q, k, v, head_dim**-0.5, rows=rows))  # fmt: skip
+            print(f"| {name} | chunked, {rows} rows | {chunked} |", flush=True)
+
+    print("| dtype | kernel | wall, best of 5 (load) | one thread's CPU time |")
+    print("|---|---|---|---|")
+    # Where bf16 is emulated no precision runs a bf16 tower (auto_precision), and its
+    # emulated GEMMs would take minutes here: fp32 only.
+    for dtype in (torch.bfloat16, torch.float32) if native_bf16() else (torch.float32,):
+        one_dtype(dtype)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # No `choices`: argparse (3.11) checks an empty list against them and fails.
@@ -182,7 +224,7 @@ def main() -> int:
         f"thread(s), load {os.getloadavg()[0]:.2f}"
     )
     runs = {"gemm": gemm, "head": head, "vision": vision, "int8-gemm": int8_gemm,
-            "int8-layers": int8_layers}  # fmt: skip
+            "int8-layers": int8_layers, "vision-attention": vision_attention}  # fmt: skip
     for mode in args.modes or MODES:
         print(f"\n{mode}")
         runs[mode](torch, F)

@@ -662,6 +662,8 @@ def test_the_vision_tower_with_inplace_quick_gelu_gives_the_same_bits(
     reference = Qwen2VLForConditionalGeneration.from_pretrained(
         str(tiny_model), dtype=visual.dtype, attn_implementation="sdpa"
     ).model.visual
+    # The same attention kernel as the loaded tower (load_model picks the faster one here).
+    reference.config._attn_implementation = visual.config._attn_implementation
     assert all(type(block.mlp.act) is QuickGELUActivation for block in reference.blocks)
     torch.manual_seed(0)
     grid = torch.tensor([[1, 8, 12], [1, 4, 4]])
@@ -694,6 +696,7 @@ def test_an_fp32_vision_tower_from_a_bf16_checkpoint_keeps_bf16_weights_same_bit
     fp32 = Qwen2VLForConditionalGeneration.from_pretrained(
         str(folder), dtype=torch.float32, attn_implementation="sdpa"
     ).model.visual
+    fp32.config._attn_implementation = visual.config._attn_implementation  # the same kernel
     torch.manual_seed(1)
     grid = torch.tensor([[1, 8, 8]])
     pixels = torch.randn(64, 3 * 2 * 14 * 14)

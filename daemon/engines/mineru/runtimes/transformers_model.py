@@ -63,6 +63,7 @@ from daemon.engines.mineru.runtimes.decoder_precision import (
     prepare_decoder,
 )
 from daemon.engines.mineru.runtimes.decoder_precision import PRECISIONS as SPECS
+from daemon.engines.mineru.runtimes.vision_attention import use_fastest_attention
 
 if TYPE_CHECKING:
     import torch
@@ -353,6 +354,7 @@ def load_model(
         cast_in_chunks(qwen.model.visual, vision_dtype)
     gc.collect()
     use_inplace_quick_gelu(qwen.model.visual)
+    attention = use_fastest_attention(qwen.model.visual)  # chunked GEMMs where SDPA is slow
     return_freed_memory()
     if spec.vision != _first_decoder_float(qwen):
         # The decoder takes the image features in its own dtype.
@@ -366,6 +368,7 @@ def load_model(
         dtype_vision=spec.vision,
         dtype_decoder=dtype_decoder,
         load_seconds=time.monotonic() - started,
+        details={"vision_attention": attention.kernel},
     )
 
 

@@ -1,0 +1,301 @@
+"""Exact attention for the vision tower as query-chunked GEMMs, where torch's SDPA is slow.
+
+Qwen2-VL's tower attends over every patch of an image (4,900 for the layout page). torch's
+CPU SDPA (its flash kernel) reaches ~165 GFLOP/s in bf16 on an AVX512_BF16 CPU without AMX
+(AMD Zen 4), less than half of what the same CPU does in a bf16 GEMM. Here the same
+attention is a few large GEMMs (oneDNN/MKL) per block of queries and head:
+
+    S = Q_c · Kᵀ        the block's logits, (rows x patches), in a reused scratch buffer
+    P = softmax(S · scale)   in place, computed in fp32 by torch's kernel
+    O_c = P · V
+
+The full patches² x heads matrix never exists: the scratch is one head's block, at most
+SCRATCH_BYTES (10 MB for 512 rows of 4,900 patches in fp32), so the bound holds for any
+image size.
+
+bf16 logits would lose what SDPA keeps: a bf16 GEMM rounds its fp32 sums to 8 bits, and
+a logit of 15 then moves by 0.03, a 3 % change of its weight. So in bf16 the block is
+multiplied twice: once for each row's maximum m, then with Q and K widened by one column
+(-m and 1) so the GEMM's fp32 sums give S - m before rounding: the logits that carry the
+weight (near the row's maximum) are then small and keep their accuracy. It costs a third
+GEMM and still runs well ahead of SDPA on Zen 4 (docs/benchmarks.md, 2026-12-05).
+
+Which kernel a tower uses is chosen at load time (`choose_kernel`): on an AMX CPU torch's
+kernel stays (it runs on AMX tiles, 172 ms a layer); elsewhere both are timed once on the
+real shape (one head of the layout image) and the faster one is kept. The chunked kernel
+reaches transformers through its attention-interface registry, under ATTENTION_NAME.
+
+The rotary embedding applied to q and k before attention (`rotary_vision`) gives
+transformers' bits with fewer passes over memory: 3x faster in fp32, 1.7x in bf16 on Zen 4
+(one thread; ~40 ms a layer of the layout image in fp32).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+# The name the chunked kernel is registered under in transformers' ALL_ATTENTION_FUNCTIONS.
+# Not "flash..." (transformers would then pass packed sequences) nor "sdpa".
+ATTENTION_NAME = "docinbox_query_chunked"
+# The patches of the layout image (70 x 70), the shape that dominates a page's vision time.
+LAYOUT_PATCHES = 4_900
+# The largest logits block held at once (one head, a block of query rows).
+SCRATCH_BYTES = 16 * 1024 * 1024
+# Query rows per block: measured on Zen 4 (bench/bench_kernels.py vision-attention), 256
+# to 512 rows of one head were fastest; fewer rows make more, smaller GEMMs.
+CHUNK_ROWS = 512
+# The chunked kernel is kept only when it is this much faster than SDPA: a near tie is not
+# worth leaving torch's own kernel for.
+MARGIN = 0.9
+# ISA caps change which kernels torch runs: a CPU table cannot know them, so measure.
+_ISA_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+class VisionConfig(Protocol):
+    """What is read and set of a Qwen2-VL vision config (transformers' Qwen2VLVisionConfig)."""
+
+    embed_dim: int
+    num_heads: int
+    _attn_implementation: str | None  # which attention function the tower's blocks call
+
+
+class VisionTower(Protocol):
+    """A loaded Qwen2-VL vision tower (transformers' Qwen2VisionTransformerPretrainedModel)."""
+
+    @property
+    def config(self) -> VisionConfig: ...
+
+    def get_dtype(self) -> torch.dtype: ...
+
+
+@dataclass(frozen=True)
+class AttentionChoice:
+    """Which attention kernel the vision tower runs, and why."""
+
+    kernel: str  # "sdpa" (torch's) | "chunked" (this module's)
+    reason: str  # "amx" | "measured"
+    sdpa_ms: float | None = None  # CPU ms of each over one head of the layout image
+    chunked_ms: float | None = None
+
+
+def chunk_rows(patches: int, itemsize: int, limit: int = CHUNK_ROWS) -> int:
+    """Query rows per block: CHUNK_ROWS, fewer where the block would exceed SCRATCH_BYTES."""
+    return max(1, min(limit, SCRATCH_BYTES // max(1, patches * itemsize)))
+
+
+def query_chunked_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    scale: float,
+    rows: int | None = None,
+) -> torch.Tensor:
+    """Non-causal attention of (heads, patches, head_dim) tensors, block of `rows` queries
+    at a time; the result as (heads, patches, head_dim), in the inputs' dtype."""
+    import torch
+
+    heads, patches, head_dim = query.shape
+    rows = rows or chunk_rows(patches, max(4, query.element_size()))
+    out = torch.empty(heads, patches, head_dim, dtype=query.dtype)
+    scratch = torch.empty(min(rows, patches), patches, dtype=query.dtype)
+    shifted = query.dtype != torch.float32
+    for head in range(heads):
+        q, k, v = query[head], key[head], value[head]
+        if shifted:
+            # The widened operands: a last column of 1 in K, of -max per row in Q.
+            k_wide = torch.cat([k, torch.ones(patches, 1, dtype=k.dtype)], dim=1).T
+            q_wide = torch.empty(min(rows, patches), head_dim + 1, dtype=q.dtype)
+        for start in range(0, patches, rows):
+            stop = min(patches, start + rows)
+            logits = scratch[: stop - start]
+            torch.mm(q[start:stop], k.T, out=logits)
+            if shifted:
+                block = q_wide[: stop - start]
+                block[:, :head_dim] = q[start:stop]
+                torch.amax(logits, dim=1, out=block[:, head_dim]).neg_()
+                torch.mm(block, k_wide, out=logits)
+            logits.mul_(scale)
+            # In place (torch computes a bf16 softmax in fp32 internally): the block is
+            # not allocated again for the probabilities.
+            torch._softmax(logits, -1, False, out=logits)
+            torch.mm(logits, v, out=out[head, start:stop])
+    return out
+
+
+def chunked_attention_forward(
+    module: torch.nn.Module,  # transformers' attention module (only `training` is read)
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,  # the rest of transformers' attention-interface keywords
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-interface signature: (1, heads, patches, head_dim) in,
+    (1, patches, heads, head_dim) out, as its SDPA function returns it.
+
+    Anything the chunked kernel does not compute (a mask, a batch, dropout, causal, grouped
+    key/value heads) goes to transformers' own SDPA function unchanged.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    plain = (
+        attention_mask is None
+        and query.shape[0] == 1
+        and query.shape[1] == key.shape[1]
+        and not kwargs.get("is_causal")
+        and not (module.training and dropout)
+        and query.dtype in (torch.float32, torch.bfloat16)
+    )
+    if not plain:
+        # Its keywords pass through as transformers sent them, whatever their types.
+        sdpa: Callable[..., tuple[torch.Tensor, None]] = sdpa_attention_forward
+        return sdpa(
+            module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+        )
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    out = query_chunked_attention(query[0], key[0], value[0], scale)
+    return out.transpose(0, 1).unsqueeze(0), None
+
+
+def _cpu_ms(fn: Callable[[], object]) -> float:
+    # The thread's CPU time, not the wall clock: on a shared machine (a NAS, a CI runner)
+    # the wall clock counts whatever else ran, and a burst of load would pick the kernel.
+    start = time.thread_time()
+    fn()
+    return (time.thread_time() - start) * 1000
+
+
+@lru_cache(maxsize=8)
+def measure(
+    dtype_name: str, heads: int, head_dim: int, patches: int, repeat: int = 3
+) -> tuple[float, float]:
+    """CPU milliseconds of torch's SDPA and of the chunked kernel over `heads` heads, best
+    of `repeat` each, on one thread (whose CPU time other processes do not inflate; both
+    kernels split their work across threads alike, so the ratio carries over)."""
+    import torch
+    import torch.nn.functional as F
+
+    generator = torch.Generator().manual_seed(0)
+    dtype = getattr(torch, dtype_name)
+    q, k, v = (
+        torch.randn(heads, patches, head_dim, generator=generator).to(dtype) for _ in range(3)
+    )
+    scale = head_dim**-0.5
+
+    def sdpa() -> object:
+        return F.scaled_dot_product_attention(q[None], k[None], v[None], scale=scale)
+
+    def chunked() -> object:
+        return query_chunked_attention(q, k, v, scale)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        sdpa(), chunked()  # warm-up: first calls pay for oneDNN's kernel generation
+        times = [(_cpu_ms(sdpa), _cpu_ms(chunked)) for _ in range(repeat)]
+    finally:
+        torch.set_num_threads(threads)
+    return min(t[0] for t in times), min(t[1] for t in times)
+
+
+def choose_kernel(
+    dtype_name: str, head_dim: int, amx: bool, patches: int = LAYOUT_PATCHES
+) -> AttentionChoice:
+    """The faster attention kernel for a tower of this dtype here.
+
+    On an AMX CPU (and no ISA cap) torch's kernel runs on AMX tiles and is kept without
+    measuring. Elsewhere both run over one head of the real image size, once per process
+    (~0.6 s of CPU time in bf16 on Zen 4).
+    """
+    capped = any(name in os.environ for name in _ISA_CAP_VARIABLES)
+    if amx and not capped:
+        return AttentionChoice("sdpa", "amx")
+    sdpa_ms, chunked_ms = measure(dtype_name, 1, head_dim, patches)
+    kernel = "chunked" if chunked_ms < MARGIN * sdpa_ms else "sdpa"
+    return AttentionChoice(kernel, "measured", round(sdpa_ms, 1), round(chunked_ms, 1))
+
+
+def rotary_vision(
+    q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' apply_rotary_pos_emb_vision, the same bits in fewer passes.
+
+    transformers computes q*cos + rotate_half(q)*sin, rotate_half being a negation and a
+    concatenation: five full-size temporaries per tensor. Here each half is updated in
+    place with its product (a - b is a + (-b) exactly in IEEE arithmetic, so the bits are
+    equal; a test holds them equal). In fp32 and in the same fp32 arithmetic for bf16
+    inputs, as transformers does; the result in the inputs' dtype.
+    """
+    cos, sin = cos.unsqueeze(-2).float(), sin.unsqueeze(-2).float()
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    wide = x.float()
+    out = wide * cos
+    out[..., :half].sub_(wide[..., half:] * sin[..., :half])
+    out[..., half:].add_(wide[..., :half] * sin[..., half:])
+    return out.to(x.dtype)
+
+
+def use_one_pass_rotary() -> bool:
+    """Have Qwen2-VL's vision attention rotate q and k with `rotary_vision`; whether it does.
+
+    VisionAttention.forward calls its module's apply_rotary_pos_emb_vision by name, so the
+    module's name is what changes: for every Qwen2-VL in this process, which is harmless
+    because the bits are the same. Left alone if transformers no longer has that function.
+    """
+    from transformers.models.qwen2_vl import modeling_qwen2_vl
+
+    if not hasattr(modeling_qwen2_vl, "apply_rotary_pos_emb_vision"):
+        return False
+    modeling_qwen2_vl.apply_rotary_pos_emb_vision = rotary_vision
+    return True
+
+
+def use_fastest_attention(visual: VisionTower) -> AttentionChoice:
+    """Give a loaded Qwen2-VL vision tower the faster attention kernel for its dtype here
+    (`visual`: the Qwen2VisionTransformerPretrainedModel, already in its final dtype), and
+    the one-pass rotary embedding (the same bits)."""
+    import torch
+
+    use_one_pass_rotary()
+
+    config = visual.config
+    head_dim = config.embed_dim // config.num_heads
+    dtype_name = str(visual.get_dtype()).removeprefix("torch.")
+    choice = choose_kernel(dtype_name, head_dim, amx=torch.cpu._is_amx_tile_supported())
+    log.info("vision attention: %s", choice)
+    if choice.kernel == "chunked":
+        use_chunked_attention(visual)
+    return choice
+
+
+def use_chunked_attention(visual: VisionTower) -> None:
+    """Route a Qwen2-VL vision tower's attention through the chunked kernel.
+
+    VisionAttention asks transformers' attention-interface registry for the function named
+    by its config's `_attn_implementation`, once per image (cu_seqlens split): the tower's
+    own config names ours, the decoder's keeps SDPA.
+    """
+    from transformers import AttentionInterface
+
+    # The registry is transformers' own (global) table; registering the same function
+    # under the same name again is harmless.
+    AttentionInterface.register(ATTENTION_NAME, chunked_attention_forward)
+    visual.config._attn_implementation = ATTENTION_NAME
