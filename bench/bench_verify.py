@@ -1,0 +1,149 @@
+"""What verifying a draft costs: one forward of K+1 tokens per row against one token.
+
+The random model of the real shape (bench/make_model.py), loaded by the engine's own
+load_model with `--precision` (default auto), rows prefilled through the decode loop's own
+`DecodeBatch.join` (a text prompt of `--context` tokens each), then the verify forward the
+loop runs (`DecodeBatch.step`'s inputs: [last, d0..dK-1] per row, explicit M-RoPE positions,
+the batch's attention mask) for each K and batch size; the cache is cropped back after each
+forward, so every figure sees the same context. Min of `--repeat` forwards; /proc/loadavg
+read beside every figure (other jobs on the machine move the times, not the shape).
+
+Also the per-position cost of generate()'s logits processors (no_repeat_ngram_size=100 over
+the row's prefix), which the loop applies at every position it keeps.
+
+    python bench/make_model.py
+    python bench/bench_verify.py [--ks 0,1,2,4,8,12,16] [--rows 1,4,8] [--context 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import LogitsProcessorList
+
+    from daemon.engines.mineru.runtimes.decode_loop import DecodeBatch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.bench_kernels import cpu_model
+from bench.make_model import DEFAULT_OUT
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text(encoding="utf-8").split()[:3])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--threads", type=int, default=0, help="0: the engine's default")
+    parser.add_argument("--ks", default="0,1,2,4,8,12,16")
+    parser.add_argument("--rows", default="1,4,8")
+    parser.add_argument("--context", type=int, default=512, help="prompt tokens per row")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    import torch
+
+    from daemon.engines.mineru.runtimes.decode_loop import (
+        DecodeBatch,
+        DecodeRequest,
+        greedy_processors,
+    )
+    from daemon.engines.mineru.runtimes.transformers_model import load_model
+
+    loaded = load_model(str(args.model), None, args.precision, threads=args.threads)
+    model = loaded.model
+    print(
+        f"{cpu_model()}, torch kernels {torch.backends.cpu.get_cpu_capability()}, "
+        f"precision {loaded.precision}, {torch.get_num_threads()} thread(s), "
+        f"context {args.context} tokens/row, min of {args.repeat}; load {loadavg()}",
+        flush=True,
+    )
+    processors = greedy_processors(model, {"no_repeat_ngram_size": 100, "do_sample": False})
+    vocab = int(model.lm_head.weight.shape[0]) - 1000
+    generator = torch.Generator().manual_seed(0)
+    ks = [int(k) for k in args.ks.split(",")]
+    print(
+        "| rows | K | forward ms | ms per row | vs K=0 | ms per token kept if all accepted | load |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for rows in (int(r) for r in args.rows.split(",")):
+        batch = DecodeBatch(model, processors, {-1})
+        for _ in range(rows):
+            ids = torch.randint(0, vocab, (1, args.context), generator=generator)
+            inputs = {
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "mm_token_type_ids": torch.zeros_like(ids, dtype=torch.int),
+            }
+            batch.join(0, DecodeRequest(inputs, 1 << 20))
+        base = None
+        for k in ks:
+            best = verify_forward(batch, k, args.repeat, vocab, generator)
+            base = base or best
+            print(
+                f"| {rows} | {k} | {best * 1000:.1f} | {best * 1000 / rows:.1f} | "
+                f"{best / base:.2f}x | {best * 1000 / rows / (k + 1):.1f} | {loadavg()} |",
+                flush=True,
+            )
+    per_position = processor_cost(processors, args.context, vocab, generator)
+    print(
+        f"\nlogits processors: {per_position * 1000:.2f} ms per scored position (load {loadavg()})"
+    )
+    return 0
+
+
+def verify_forward(
+    batch: DecodeBatch, k: int, repeat: int, vocab: int, generator: torch.Generator
+) -> float:
+    """Min seconds of the loop's verify forward with a K-token draft on every row."""
+    import torch
+
+    assert batch.cache is not None and batch.mask is not None
+    rows, width = len(batch.rows), k + 1
+    ids = torch.randint(0, vocab, (rows, width), generator=generator)
+    positions = torch.stack([row.next_pos + torch.arange(width) for row in batch.rows])
+    mask = torch.cat([batch.mask, torch.ones((rows, width), dtype=torch.long)], dim=1)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(repeat):
+            start = time.perf_counter()
+            batch.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions.unsqueeze(0).expand(3, -1, -1),
+                cache=batch.cache,
+                use_cache=True,
+            )
+            best = min(best, time.perf_counter() - start)
+            batch.cache.crop(-width)
+    return best
+
+
+def processor_cost(
+    processors: LogitsProcessorList, context: int, vocab: int, generator: torch.Generator
+) -> float:
+    """Min seconds of one call of the processors on a prefix of context + 200 tokens."""
+    import torch
+
+    prefix = torch.randint(0, vocab, (1, context + 200), generator=generator)
+    scores = torch.randn((1, vocab + 1000), generator=generator)
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        processors(cast(torch.LongTensor, prefix), scores.clone())
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+if __name__ == "__main__":
+    sys.exit(main())
