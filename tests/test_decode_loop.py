@@ -18,6 +18,7 @@ import torch
 from PIL import Image, ImageDraw
 
 from daemon.engines.mineru.engine import client_defaults
+from daemon.engines.mineru.runtimes import decode_loop
 from daemon.engines.mineru.runtimes.decode_loop import (
     DecodeBatch,
     DecodeRequest,
@@ -87,6 +88,7 @@ class RecordingBatch(DecodeBatch):
     """Records how rows joined, and checks the cache stays trimmed after every step."""
 
     joins: list[tuple[int, int, int]]  # (active rows, batch columns, joiner's prompt length)
+    holes = 0  # steps after which a row had a masked column between two it attends to
 
     def _merge(self, cache: Any, length: int) -> None:
         if not hasattr(self, "joins"):
@@ -101,7 +103,14 @@ class RecordingBatch(DecodeBatch):
             assert self.cache.get_seq_length() == self.mask.shape[1]
             live = self.mask.any(dim=0)
             assert bool(live[0]) and bool(live[-1])  # no dead column at either end
+            assert bool(live.all()) or decode_loop.HOLE_SHARE > 0  # 0: compacted at once
         return finished
+
+    def _trim(self) -> None:
+        if self.mask is not None:
+            seen = self.mask.cumsum(dim=1) > 0  # from each row's first attended column on
+            self.holes += bool((seen & (self.mask == 0)).any())
+        super()._trim()
 
 
 class RecordingDraft:
@@ -190,9 +199,17 @@ def test_rows_join_mid_batch_on_both_sides_of_the_alignment(
     assert any(length < width for _r, width, length in mid)  # the joiner was left-padded
 
 
-def test_perfect_drafts_accept_several_tokens_per_pass(tiny: Tiny, refs: list[list[int]]) -> None:
-    results, _order = run(tiny, requests(tiny, refs), max_rows=3)
+@pytest.mark.parametrize("hole_share", [decode_loop.HOLE_SHARE, 0.0])
+def test_perfect_drafts_accept_several_tokens_per_pass(
+    tiny: Tiny, refs: list[list[int]], hole_share: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows accept different numbers of tokens per pass: the others' columns become holes,
+    # carried along or (share 0) compacted away at once.
+    monkeypatch.setattr(decode_loop, "HOLE_SHARE", hole_share)
+    batch = tiny.batch()
+    results = decode(batch, requests(tiny, refs), 3, lambda _r: None)
     assert [r.tokens for r in results] == refs
+    assert batch.holes > 0
     for r in results:
         assert r.stats.accepted == r.stats.proposed > 0
         # Tokens per decode pass (the prefill writes the first): K starts at 4 and doubles.
