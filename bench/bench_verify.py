@@ -21,8 +21,9 @@ import argparse
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import torch
@@ -49,6 +50,9 @@ def main() -> int:
     parser.add_argument("--rows", default="1,4,8")
     parser.add_argument("--context", type=int, default=512, help="prompt tokens per row")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--loop", type=int, default=0, help="also: N tokens by generate() vs by the loop"
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     import torch
@@ -95,6 +99,8 @@ def main() -> int:
                 f"{best / base:.2f}x | {best * 1000 / rows / (k + 1):.1f} | {loadavg()} |",
                 flush=True,
             )
+    if args.loop:
+        loop_vs_generate(model, args.context, args.loop, vocab, generator)
     per_position = processor_cost(processors, args.context, vocab, generator)
     print(
         f"\nlogits processors: {per_position * 1000:.2f} ms per scored position (load {loadavg()})"
@@ -127,6 +133,68 @@ def verify_forward(
             best = min(best, time.perf_counter() - start)
             batch.cache.crop(-width)
     return best
+
+
+def loop_vs_generate(
+    model: object, context: int, tokens: int, vocab: int, generator: torch.Generator
+) -> None:
+    """One row of `tokens` greedy tokens: generate() against the loop without drafts (its
+    own overhead), with the row's own output as the draft (the best case) and with prompt
+    lookup (what a row gets for free)."""
+    import torch
+
+    from daemon.engines.mineru.runtimes.decode_loop import (
+        DecodeBatch,
+        DecodeRequest,
+        decode,
+        greedy_processors,
+    )
+    from daemon.engines.mineru.runtimes.drafts import DraftSource, ExternalDraft, PromptLookup
+
+    qwen: Any = model  # transformers' generate() is untyped
+    kwargs = {"no_repeat_ngram_size": 100, "do_sample": False}
+    ids = torch.randint(0, vocab, (1, context), generator=generator)
+    inputs = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": torch.zeros_like(ids, dtype=torch.int),
+    }
+    eos = set(qwen.generation_config.eos_token_id or [])
+    start = time.perf_counter()
+    with torch.no_grad():
+        out = qwen.generate(**inputs, max_new_tokens=tokens, **kwargs)
+    reference = out[0, context:].tolist()
+    rows = [f"| generate() | {time.perf_counter() - start:.2f} s | {len(reference)} | | |"]
+    drafts: dict[str, Callable[[], DraftSource | None]] = {
+        "loop, no draft": lambda: None,
+        "loop, own output as draft": lambda: ExternalDraft(reference),
+        "loop, prompt lookup": lambda: PromptLookup(),
+    }
+    for name, make in drafts.items():
+        batch = DecodeBatch(qwen, greedy_processors(qwen, kwargs), eos)
+        start = time.perf_counter()
+        [result] = decode(batch, [DecodeRequest(inputs, tokens, make())], 1, lambda _r: None)
+        seconds = time.perf_counter() - start
+        same = (
+            "same"
+            if result.tokens == reference
+            else f"DIFFERENT from {first_diff(result.tokens, reference)}"
+        )
+        stats = result.stats
+        rows.append(
+            f"| {name} | {seconds:.2f} s | {len(result.tokens)} {same} | {stats.passes} | "
+            f"{stats.accepted}/{stats.proposed} |"
+        )
+    print(f"\n{tokens} tokens after a {context}-token prompt, one row (load {loadavg()}):")
+    print("| decoder | time (prefill included) | tokens | passes | drafts accepted/proposed |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows), flush=True)
+
+
+def first_diff(a: list[int], b: list[int]) -> int:
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
 
 
 def processor_cost(
