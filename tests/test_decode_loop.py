@@ -23,11 +23,16 @@ from daemon.engines.mineru.runtimes.decode_loop import (
     DecodeBatch,
     DecodeRequest,
     DecodeResult,
+    LoopGenerator,
     decode,
     greedy_processors,
 )
 from daemon.engines.mineru.runtimes.drafts import AdaptiveK, ExternalDraft, PromptLookup
-from daemon.engines.mineru.runtimes.transformers_generate import capped
+from daemon.engines.mineru.runtimes.transformers_generate import (
+    BatchedGenerator,
+    GenRequest,
+    capped,
+)
 from tests.tinymodel import randomize_language_model, tiny_model_once
 
 # (width, height, cap): images of different grid sizes, so prompts differ in length.
@@ -278,6 +283,27 @@ def test_the_ngram_rule_blocks_a_repetition_inside_a_draft(tiny: Tiny) -> None:
     # The draft carried the row up to the ban, and proposed the banned token itself.
     assert len([g for g, _p in draft.calls if g <= first]) < first // 4
     assert any(g <= first < g + len(p) and p[first - g] == free[first] for g, p in draft.calls)
+
+
+def test_loop_generator_gives_what_batched_generate_gives(tiny: Tiny) -> None:
+    """The engine's switch: same Predictions (text, token count) as one padded generate()."""
+    defaults = client_defaults()
+    prompts, params = defaults["prompts"], defaults["sampling_params"]
+    kinds = ["[default]", "table", "equation", "[default]", "[default]", "table"]
+    rows = [
+        GenRequest(image(w, h, i), prompts[kind], params[kind], cap)
+        for i, ((w, h, cap), kind) in enumerate(zip(SHAPES, kinds, strict=True))
+    ]
+    batched = BatchedGenerator(tiny.model, tiny.processor, tiny.client, 8)
+    expected = batched.generate(rows, lambda _i: None)
+    loop = LoopGenerator(
+        tiny.model, tiny.processor, tiny.client, batched.eos_ids, 3, lambda _row: PromptLookup()
+    )
+    finished: list[int] = []
+    assert loop.generate(rows, finished.append) == expected
+    assert sorted(finished) == list(range(len(rows))) and finished != sorted(finished)
+    assert loop.totals.tokens == sum(p.tokens for p in expected)
+    assert loop.totals.proposed > 0  # the repeats the random decoder falls into get drafted
 
 
 def test_prompt_lookup_proposes_what_followed_the_last_tail() -> None:

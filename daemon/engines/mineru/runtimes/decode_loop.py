@@ -40,14 +40,16 @@ import copy
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, LogitsProcessorList, Qwen2VLForConditionalGeneration
 from transformers.cache_utils import DynamicLayer
 
+from daemon.engines.mineru.runtimes.base import Prediction
 from daemon.engines.mineru.runtimes.drafts import AdaptiveK, DraftSource
+from daemon.engines.mineru.runtimes.transformers_generate import GenRequest, RowDone, capped
 
 # Holes (rejected draft positions) inside the cache are compacted away once they are more
 # than this share of the live columns; below it, carrying them costs less than the copy.
@@ -62,6 +64,12 @@ class RowStats:
     proposed: int = 0  # draft tokens scored
     accepted: int = 0  # draft tokens the model confirmed
     tokens: int = 0  # tokens written
+
+    def add(self, other: RowStats) -> None:
+        self.passes += other.passes
+        self.proposed += other.proposed
+        self.accepted += other.accepted
+        self.tokens += other.tokens
 
 
 @dataclass
@@ -364,3 +372,93 @@ def decode(
         for result in batch.step():
             finish(result)
     return [results[i] for i in range(len(requests))]
+
+
+class ChatProcessor(Protocol):
+    """The parts of the Qwen2-VL processor the loop's generator uses."""
+
+    def apply_chat_template(
+        self, conversation: object, *, tokenize: bool, add_generation_prompt: bool
+    ) -> str: ...
+
+    def __call__(
+        self, *, text: list[str], images: list[object], return_tensors: str
+    ) -> Mapping[str, torch.Tensor]: ...
+
+    def batch_decode(
+        self,
+        sequences: list[list[int]],
+        *,
+        skip_special_tokens: bool,
+        clean_up_tokenization_spaces: bool,
+    ) -> list[str]: ...
+
+
+class MinerUClient(Protocol):
+    """The parts of mineru-vl-utils' transformers client reused: MinerU's messages, its
+    generate kwargs and the ids it drops from the text."""
+
+    skip_token_ids: set[int]
+
+    def build_messages(self, prompt: str) -> object: ...
+
+    def build_generate_kwargs(self, sampling_params: object) -> Mapping[str, object]: ...
+
+
+class LoopGenerator:
+    """`BatchedGenerator.generate`'s contract run by the decode loop (the engine's switch).
+
+    Rows of one set of sampling params, results in request order, `on_done(i)` as row i
+    finishes; at most `max_rows` decode together and a waiting row takes a finished row's
+    place at once. `draft_for` gives each row its draft source (none by default). `totals`
+    adds up every row's `RowStats`, for the engine to report."""
+
+    def __init__(
+        self,
+        model: Qwen2VLForConditionalGeneration,
+        processor: ChatProcessor,
+        client: MinerUClient,
+        eos_ids: set[int],
+        max_rows: int,
+        draft_for: Callable[[GenRequest], DraftSource | None] = lambda _row: None,
+    ) -> None:
+        self.model = model
+        self.processor = processor
+        self.client = client
+        self.eos_ids = set(eos_ids)
+        self.max_rows = max(1, max_rows)
+        self.draft_for = draft_for
+        self.totals = RowStats()
+
+    def generate(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        if not rows:
+            return []
+        cap = max(row.max_new_tokens for row in rows)
+        kwargs = self.client.build_generate_kwargs(capped(rows[0].params, cap))
+        batch = DecodeBatch(self.model, greedy_processors(self.model, kwargs), self.eos_ids)
+        requests = [
+            DecodeRequest(self.inputs(row), row.max_new_tokens, self.draft_for(row)) for row in rows
+        ]
+        results = decode(batch, requests, self.max_rows, lambda result: on_done(result.index))
+        skip = self.client.skip_token_ids
+        predictions = []
+        for result in results:
+            self.totals.add(result.stats)
+            kept = [t for t in result.tokens if t not in skip]
+            text = self.processor.batch_decode(
+                [kept], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )[0]
+            predictions.append(Prediction(text=text, tokens=len(result.tokens)))
+        return predictions
+
+    def inputs(self, row: GenRequest) -> dict[str, torch.Tensor]:
+        """One row's prompt as MinerU's client builds it, alone (no padding); floating inputs
+        (pixel values) in the model's dtype, as the client does."""
+        text = self.processor.apply_chat_template(
+            self.client.build_messages(row.prompt), tokenize=False, add_generation_prompt=True
+        )
+        inputs = self.processor(text=[text], images=[row.image], return_tensors="pt")
+        return {
+            key: value.to(self.model.dtype) if value.is_floating_point() else value
+            for key, value in inputs.items()
+        }
