@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from daemon.engines.mineru.engine import client_defaults
 from daemon.engines.mineru.runtimes import decode_loop
@@ -33,6 +33,7 @@ from daemon.engines.mineru.runtimes.transformers_generate import (
     GenRequest,
     capped,
 )
+from tests.test_mineru_batching import block_image as image
 from tests.tinymodel import randomize_language_model, tiny_model_once
 
 # (width, height, cap): images of different grid sizes, so prompts differ in length.
@@ -129,14 +130,6 @@ class RecordingDraft:
         proposal = self.inner.propose(generated, k)
         self.calls.append((len(generated), proposal))
         return proposal
-
-
-def image(width: int, height: int, seed: int) -> Image.Image:
-    picture = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(picture)
-    draw.text((5, 5), f"block {seed} " * 5, fill="black")
-    draw.rectangle((seed * 37 % width, 2, width - 1, height // 2), outline="red")
-    return picture
 
 
 @pytest.fixture(scope="module")
