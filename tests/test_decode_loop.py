@@ -214,6 +214,29 @@ def test_perfect_drafts_accept_several_tokens_per_pass(
         assert (len(r.tokens) - 1) / (r.stats.passes - 1) >= min(3, len(r.tokens) - 1)
 
 
+def test_a_position_budget_shortens_drafts_and_changes_no_token(
+    tiny: Tiny, refs: list[list[int]]
+) -> None:
+    batch = DecodeBatch(
+        tiny.model, greedy_processors(tiny.model, tiny.kwargs(40)), tiny.eos, max_positions=8
+    )
+    widths: list[int] = []
+    forward = batch.model.forward
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        if "pixel_values" not in kwargs:  # a decode pass, not a prefill
+            widths.append(int(kwargs["input_ids"].numel()))
+        return forward(*args, **kwargs)
+
+    batch.model.forward = spy
+    try:
+        results = decode(batch, requests(tiny, refs), 3, lambda _r: None)
+    finally:
+        del batch.model.forward  # back to the class's own
+    assert [r.tokens for r in results] == refs
+    assert widths and max(widths) <= 8 and sum(r.stats.accepted for r in results) > 0
+
+
 def test_drafts_wrong_from_the_first_token(tiny: Tiny, refs: list[list[int]]) -> None:
     seen = {t for ref in refs for t in ref} | tiny.eos
     never = [t for t in range(tiny.vocab) if t not in seen]

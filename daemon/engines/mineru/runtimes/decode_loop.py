@@ -165,11 +165,16 @@ class DecodeBatch:
         processors: LogitsProcessorList,
         eos_ids: set[int],
         k_policy: Callable[[], AdaptiveK] = AdaptiveK,
+        max_positions: int = 0,
     ) -> None:
         self.model = model
         self.processors = processors
         self.eos_ids = set(eos_ids)
         self.k_policy = k_policy
+        # Rows x (1 + longest draft) scored per pass, at most (0: no limit). What a position
+        # costs depends on the decoder's kernels: the weight-only int8 one grows with rows
+        # (docs/benchmarks.md, 2026-12-05), so a batch there affords shorter drafts.
+        self.max_positions = max_positions
         self.rows: list[_Row] = []
         self.cache: DynamicCache | None = None
         self.mask: torch.Tensor | None = None  # [rows, cache columns], 1 = attend
@@ -240,9 +245,10 @@ class DecodeBatch:
         """One forward pass for every active row; the results of the rows that finished."""
         if not self.rows or self.cache is None or self.mask is None:
             return []
-        drafts = [self._draft(row) for row in self.rows]
-        width = 1 + max(len(d) for d in drafts)
         count = len(self.rows)
+        limit = self.max_positions // count - 1 if self.max_positions else 1 << 30
+        drafts = [self._draft(row, limit) for row in self.rows]
+        width = 1 + max(len(d) for d in drafts)
         ids = torch.zeros((count, width), dtype=torch.long)
         positions = torch.zeros((3, count, width), dtype=torch.long)
         fed = torch.zeros((count, width), dtype=torch.long)
@@ -270,11 +276,11 @@ class DecodeBatch:
         self._trim()
         return [row.result() for row in finished]
 
-    def _draft(self, row: _Row) -> list[int]:
+    def _draft(self, row: _Row, limit: int) -> list[int]:
         source = row.request.draft
         # Each pass writes at most k + 1 tokens: the draft never runs past the row's cap.
         room = row.request.max_new_tokens - len(row.generated) - 1
-        k = min(row.k.current(), room)
+        k = min(row.k.current(), room, limit)
         if source is None or k <= 0:
             return []
         return list(source.propose(row.generated, k))[:k]
