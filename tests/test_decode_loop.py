@@ -346,6 +346,16 @@ def test_external_draft_realigns_after_a_mismatch() -> None:
     assert ExternalDraft([1, 2]).propose([7, 8], 2) == []  # past its end
 
 
+def test_an_external_text_drafts_what_the_tokenizer_makes_of_it(tiny: Tiny) -> None:
+    tokenizer = tiny.processor.tokenizer
+    text = "Table Recognition of the equation"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    draft = ExternalDraft.from_text(
+        text, lambda t: tokenizer(t, add_special_tokens=False)["input_ids"]
+    )
+    assert draft.propose(ids[:2], 3) == ids[2:5]
+
+
 def test_adaptive_k_grows_shrinks_and_rests() -> None:
     k = AdaptiveK(k_max=8, k=2, patience=2, cooldown=3)
     k.update(2, 2)

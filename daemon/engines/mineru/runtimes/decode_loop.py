@@ -27,6 +27,10 @@ Why it is exact (the tests compare it token for token with generate()):
   applied to fp32 logits with the row's own prefix up to that position. A draft token is kept
   only when it is that argmax, so the output is the model's greedy output whatever the draft.
 
+`LoopGenerator` runs it under `BatchedGenerator.generate`'s contract (the engine's switch);
+`DecodeBatch(max_positions=...)` bounds rows x (1 + K) per pass, which is what a pass costs on
+the weight-only int8 decoder (docs/benchmarks.md, 2026-12-05).
+
 Floating-point sums over a different number of masked columns or rows may differ in the last
 bits (as batching in generate() already does), so in bf16 a near-tie may flip; in fp32 the
 tests see none.

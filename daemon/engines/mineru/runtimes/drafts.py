@@ -18,7 +18,7 @@ Pure Python on token ids (no torch): the daemon side may build drafts without th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -88,6 +88,13 @@ class ExternalDraft:
         self.ngram_max = ngram_max
         self.cursor = 0
         self.seen = 0  # len(generated) at the last call
+
+    @classmethod
+    def from_text(cls, text: str, encode: Callable[[str], list[int]]) -> ExternalDraft:
+        """A text someone else read (OCR lines in reading order, a text layer), tokenised
+        by `encode`: the model's tokenizer without special tokens, so the ids are the ones
+        the model writes."""
+        return cls(encode(text))
 
     def propose(self, generated: Sequence[int], k: int) -> list[int]:
         if not generated:
