@@ -53,6 +53,14 @@ def main() -> int:
     parser.add_argument(
         "--loop", type=int, default=0, help="also: N tokens by generate() vs by the loop"
     )
+    parser.add_argument(
+        "--blocks",
+        default="",
+        help="also: rows with these caps (e.g. 20,40,60,80,100,174), --batch at a time: "
+        "generate() batches (finished rows carried to the end) vs the loop (they leave, "
+        "waiting rows join)",
+    )
+    parser.add_argument("--batch", type=int, default=6, help="rows per batch for --blocks")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     import torch
@@ -101,6 +109,9 @@ def main() -> int:
             )
     if args.loop:
         loop_vs_generate(model, args.context, args.loop, vocab, generator)
+    if args.blocks:
+        caps = [int(c) for c in args.blocks.split(",")]
+        blocks_vs_generate(model, args.context, caps, args.batch, vocab, generator)
     per_position = processor_cost(processors, args.context, vocab, generator)
     print(
         f"\nlogits processors: {per_position * 1000:.2f} ms per scored position (load {loadavg()})"
@@ -189,6 +200,65 @@ def loop_vs_generate(
     print("| decoder | time (prefill included) | tokens | passes | drafts accepted/proposed |")
     print("|---|---|---|---|---|")
     print("\n".join(rows), flush=True)
+
+
+def blocks_vs_generate(
+    model: object,
+    context: int,
+    caps: list[int],
+    size: int,
+    vocab: int,
+    generator: torch.Generator,
+) -> None:
+    """Block batches as the engine runs them today (`size` rows per generate(), each row
+    stopped at its cap by RowStops, finished rows padded along) against the loop without
+    drafts (`size` rows active, a waiting row joins when one leaves)."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    from daemon.engines.mineru.runtimes.decode_loop import (
+        DecodeBatch,
+        DecodeRequest,
+        decode,
+        greedy_processors,
+    )
+    from daemon.engines.mineru.runtimes.transformers_generate import make_row_stops
+
+    qwen: Any = model  # transformers' generate() is untyped
+    kwargs = {"no_repeat_ngram_size": 100, "do_sample": False}
+    ids = torch.randint(0, vocab, (len(caps), context), generator=generator)
+    inputs = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": torch.zeros_like(ids, dtype=torch.int),
+    }
+    start = time.perf_counter()
+    row_steps = 0
+    for first in range(0, len(caps), size):
+        part = caps[first : first + size]
+        stops = make_row_stops(part, set(), lambda _row: None)
+        chunk = {key: value[first : first + size] for key, value in inputs.items()}
+        with torch.no_grad():
+            qwen.generate(
+                **chunk, max_new_tokens=max(part), stopping_criteria=StoppingCriteriaList([stops]),
+                **kwargs,
+            )  # fmt: skip
+        row_steps += len(part) * max(part)
+    today = time.perf_counter() - start
+    rows = [{key: value[i : i + 1] for key, value in inputs.items()} for i in range(len(caps))]
+    batch = DecodeBatch(qwen, greedy_processors(qwen, kwargs), set())
+    requests = [DecodeRequest(row, cap) for row, cap in zip(rows, caps, strict=True)]
+    start = time.perf_counter()
+    decode(batch, requests, size, lambda _r: None)
+    loop = time.perf_counter() - start
+    print(
+        f"\n{len(caps)} rows, caps {caps} ({sum(caps)} tokens) after {context}-token prompts, "
+        f"{size} at a time, {batch.passes} loop passes "
+        f"(load {loadavg()}):\n| decoder | time (prefill included) | row-steps |\n|---|---|---|\n"
+        f"| generate(), RowStops | {today:.2f} s | {row_steps} |\n"
+        f"| loop, rows leave | {loop:.2f} s | {sum(caps)} |",
+        flush=True,
+    )
 
 
 def first_diff(a: list[int], b: list[int]) -> int:
