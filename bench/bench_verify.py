@@ -23,18 +23,39 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-if TYPE_CHECKING:
-    import torch
-    from transformers import LogitsProcessorList
-
-    from daemon.engines.mineru.runtimes.decode_loop import DecodeBatch
+import torch
+from transformers import LogitsProcessorList, StoppingCriteriaList
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bench_kernels import cpu_model
 from bench.make_model import DEFAULT_OUT
+from daemon.engines.mineru.runtimes.decode_loop import (
+    DecodeBatch,
+    DecodeRequest,
+    decode,
+    greedy_processors,
+)
+from daemon.engines.mineru.runtimes.drafts import DraftSource, ExternalDraft, PromptLookup
+from daemon.engines.mineru.runtimes.transformers_generate import make_row_stops
+from daemon.engines.mineru.runtimes.transformers_model import load_model
+
+# MinerU's generate kwargs (mineru-vl-utils' build_generate_kwargs), less the token cap.
+MINERU_KWARGS: dict[str, object] = {"no_repeat_ngram_size": 100, "do_sample": False}
+
+
+def text_prompt(
+    rows: int, context: int, vocab: int, generator: torch.Generator
+) -> dict[str, torch.Tensor]:
+    """`rows` random text prompts of `context` tokens, as the processor would return them."""
+    ids = torch.randint(0, vocab, (rows, context), generator=generator)
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": torch.zeros_like(ids, dtype=torch.int),
+    }
 
 
 def loadavg() -> str:
@@ -63,14 +84,6 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=6, help="rows per batch for --blocks")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
-    import torch
-
-    from daemon.engines.mineru.runtimes.decode_loop import (
-        DecodeBatch,
-        DecodeRequest,
-        greedy_processors,
-    )
-    from daemon.engines.mineru.runtimes.transformers_model import load_model
 
     loaded = load_model(str(args.model), None, args.precision, threads=args.threads)
     model = loaded.model
@@ -80,7 +93,7 @@ def main() -> int:
         f"context {args.context} tokens/row, min of {args.repeat}; load {loadavg()}",
         flush=True,
     )
-    processors = greedy_processors(model, {"no_repeat_ngram_size": 100, "do_sample": False})
+    processors = greedy_processors(model, MINERU_KWARGS)
     vocab = int(model.lm_head.weight.shape[0]) - 1000
     generator = torch.Generator().manual_seed(0)
     ks = [int(k) for k in args.ks.split(",")]
@@ -91,13 +104,7 @@ def main() -> int:
     for rows in (int(r) for r in args.rows.split(",")):
         batch = DecodeBatch(model, processors, {-1})
         for _ in range(rows):
-            ids = torch.randint(0, vocab, (1, args.context), generator=generator)
-            inputs = {
-                "input_ids": ids,
-                "attention_mask": torch.ones_like(ids),
-                "mm_token_type_ids": torch.zeros_like(ids, dtype=torch.int),
-            }
-            batch.join(0, DecodeRequest(inputs, 1 << 20))
+            batch.join(0, DecodeRequest(text_prompt(1, args.context, vocab, generator), 1 << 20))
         base = None
         for k in ks:
             best = verify_forward(batch, k, args.repeat, vocab, generator)
@@ -123,8 +130,6 @@ def verify_forward(
     batch: DecodeBatch, k: int, repeat: int, vocab: int, generator: torch.Generator
 ) -> float:
     """Min seconds of the loop's verify forward with a K-token draft on every row."""
-    import torch
-
     assert batch.cache is not None and batch.mask is not None
     rows, width = len(batch.rows), k + 1
     ids = torch.randint(0, vocab, (rows, width), generator=generator)
@@ -152,24 +157,10 @@ def loop_vs_generate(
     """One row of `tokens` greedy tokens: generate() against the loop without drafts (its
     own overhead), with the row's own output as the draft (the best case) and with prompt
     lookup (what a row gets for free)."""
-    import torch
-
-    from daemon.engines.mineru.runtimes.decode_loop import (
-        DecodeBatch,
-        DecodeRequest,
-        decode,
-        greedy_processors,
-    )
-    from daemon.engines.mineru.runtimes.drafts import DraftSource, ExternalDraft, PromptLookup
 
     qwen: Any = model  # transformers' generate() is untyped
-    kwargs = {"no_repeat_ngram_size": 100, "do_sample": False}
-    ids = torch.randint(0, vocab, (1, context), generator=generator)
-    inputs = {
-        "input_ids": ids,
-        "attention_mask": torch.ones_like(ids),
-        "mm_token_type_ids": torch.zeros_like(ids, dtype=torch.int),
-    }
+    kwargs = MINERU_KWARGS
+    inputs = text_prompt(1, context, vocab, generator)
     eos = set(qwen.generation_config.eos_token_id or [])
     start = time.perf_counter()
     with torch.no_grad():
@@ -213,25 +204,10 @@ def blocks_vs_generate(
     """Block batches as the engine runs them today (`size` rows per generate(), each row
     stopped at its cap by RowStops, finished rows padded along) against the loop without
     drafts (`size` rows active, a waiting row joins when one leaves)."""
-    import torch
-    from transformers import StoppingCriteriaList
-
-    from daemon.engines.mineru.runtimes.decode_loop import (
-        DecodeBatch,
-        DecodeRequest,
-        decode,
-        greedy_processors,
-    )
-    from daemon.engines.mineru.runtimes.transformers_generate import make_row_stops
 
     qwen: Any = model  # transformers' generate() is untyped
-    kwargs = {"no_repeat_ngram_size": 100, "do_sample": False}
-    ids = torch.randint(0, vocab, (len(caps), context), generator=generator)
-    inputs = {
-        "input_ids": ids,
-        "attention_mask": torch.ones_like(ids),
-        "mm_token_type_ids": torch.zeros_like(ids, dtype=torch.int),
-    }
+    kwargs = MINERU_KWARGS
+    inputs = text_prompt(len(caps), context, vocab, generator)
     start = time.perf_counter()
     row_steps = 0
     for first in range(0, len(caps), size):
@@ -271,8 +247,6 @@ def processor_cost(
     processors: LogitsProcessorList, context: int, vocab: int, generator: torch.Generator
 ) -> float:
     """Min seconds of one call of the processors on a prefix of context + 200 tokens."""
-    import torch
-
     prefix = torch.randint(0, vocab, (1, context + 200), generator=generator)
     scores = torch.randn((1, vocab + 1000), generator=generator)
     best = float("inf")
