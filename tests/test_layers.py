@@ -79,6 +79,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.mineru.runtimes.transformers_generate": (10, "shared"),
     "daemon.engines.mineru.runtimes.base": (10, "shared"),
     "daemon.engines.mineru.runtimes.http": (10, "shared"),
+    "daemon.engines.mineru.runtimes.drafts": (10, "shared"),
     # Worker side, bottom up: reading a file, then the engines, then the worker process.
     "daemon.input.office": (20, "worker"),
     "daemon.input.sniff": (20, "worker"),
@@ -101,6 +102,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.mineru.runtimes.transformers_model": (30, "worker"),
     "daemon.engines.mineru.runtimes.transformers": (30, "worker"),
     "daemon.engines.mineru.runtimes.llama_cpp": (30, "worker"),
+    "daemon.engines.mineru.runtimes.decode_loop": (30, "worker"),
     "daemon.engines.lite.engine": (40, "worker"),
     "daemon.engines.mineru.engine": (40, "worker"),
     "daemon.engines.registry": (40, "worker"),

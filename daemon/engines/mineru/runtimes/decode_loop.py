@@ -1,0 +1,462 @@
+"""A decode loop of our own for Qwen2-VL: rows that leave and join, drafts the model confirms.
+
+transformers' generate() runs a batch until its longest row ends (finished rows are padded
+along) and writes one token per row per forward pass. On a CPU a decode step is memory-bound:
+it reads every decoder weight once whether it scores 1 token or 16, and whether 1 row or 8
+rows are active. So this loop
+
+- keeps a set of active rows (`DecodeBatch`), each with its own KV rows in one shared
+  `DynamicCache`, its own attention-mask row and its own next M-RoPE position. A row that
+  finishes (EOS or its own cap) leaves at once: its KV rows are sliced out of every layer and
+  the cache columns no remaining row uses are trimmed. A waiting row joins after its own
+  prefill: its cache is left-padded (or the batch's is) so both end at the same column, then
+  concatenated on the batch dimension;
+- lets each row carry a draft of its next tokens (`drafts.DraftSource`): one forward pass
+  scores [last token, d0 .. dk-1] for every row (shorter drafts padded and masked), and the
+  row keeps the longest draft prefix equal to the model's own greedy choices, plus the
+  model's next token. The KV entries of rejected positions stay in the cache with mask 0.
+
+Why it is exact (the tests compare it token for token with generate()):
+- positions are tracked per row and passed explicitly (3 x B x Q): a row's next position is
+  its prompt's largest M-RoPE position + 1 + tokens written, which is what generate() derives
+  from `rope_deltas`; padding, holes and the join column change no position;
+- a masked KV column contributes exactly nothing to attention, so holes and left padding are
+  invisible to a row;
+- at every scored position the row's token is the argmax of the SAME logits processors
+  generate() builds from MinerU's kwargs (`greedy_processors`: no_repeat_ngram_size=100),
+  applied to fp32 logits with the row's own prefix up to that position. A draft token is kept
+  only when it is that argmax, so the output is the model's greedy output whatever the draft.
+
+`LoopGenerator` runs it under `BatchedGenerator.generate`'s contract (the engine's switch);
+`DecodeBatch(max_positions=...)` bounds rows x (1 + K) per pass, which is what a pass costs on
+the weight-only int8 decoder (docs/benchmarks.md, 2026-12-05).
+
+Floating-point sums over a different number of masked columns or rows may differ in the last
+bits (as batching in generate() already does), so in bf16 a near-tie may flip; in fp32 the
+tests see none.
+
+Worker-only (imports torch and transformers at module level); not imported by the daemon.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, cast
+
+import torch
+import torch.nn.functional as F
+from transformers import (
+    DynamicCache,
+    LogitsProcessorList,
+    Qwen2VLForConditionalGeneration,
+    Qwen2VLProcessor,
+)
+from transformers.cache_utils import DynamicLayer
+
+from daemon.engines.mineru.runtimes.base import GenRequest, Prediction, RowDone, capped
+from daemon.engines.mineru.runtimes.drafts import AdaptiveK, DraftSource
+
+# Holes (rejected draft positions) inside the cache are compacted away once they are more
+# than this share of the live columns; below it, carrying them costs less than the copy.
+HOLE_SHARE = 0.125
+
+
+@dataclass
+class RowStats:
+    """What drafting did for one row: the engine reports these per document."""
+
+    passes: int = 0  # forward passes the row took part in, its prefill included
+    proposed: int = 0  # draft tokens scored
+    accepted: int = 0  # draft tokens the model confirmed
+    tokens: int = 0  # tokens written
+
+    def add(self, other: RowStats) -> None:
+        self.passes += other.passes
+        self.proposed += other.proposed
+        self.accepted += other.accepted
+        self.tokens += other.tokens
+
+
+@dataclass
+class DecodeRequest:
+    """One row: its processor inputs (a batch of one, unpadded), its cap, its draft source."""
+
+    inputs: Mapping[str, torch.Tensor]
+    max_new_tokens: int
+    draft: DraftSource | None = None
+
+
+@dataclass
+class DecodeResult:
+    index: int  # the request's index given to `join`
+    tokens: list[int]  # generated ids, EOS included when the row ended on it
+    stats: RowStats
+
+
+RowFinished = Callable[[DecodeResult], None]
+
+
+@dataclass(eq=False)
+class _Row:
+    index: int
+    request: DecodeRequest
+    prompt: list[int]
+    generated: list[int]  # its last token is not in the cache yet: the next pass feeds it
+    next_pos: int  # M-RoPE position of generated[-1]
+    k: AdaptiveK
+    stats: RowStats = field(default_factory=RowStats)
+
+    def result(self) -> DecodeResult:
+        self.stats.tokens = len(self.generated)
+        return DecodeResult(self.index, list(self.generated), self.stats)
+
+
+def greedy_processors(
+    model: Qwen2VLForConditionalGeneration, generate_kwargs: Mapping[str, object]
+) -> LogitsProcessorList:
+    """The logits processors generate() would apply for these kwargs (MinerU's
+    `build_generate_kwargs`), from the model's own generation config updated with them.
+
+    Raises ValueError for sampling or beam search: drafted decoding verifies greedy decoding
+    only, the caller keeps generate() for anything else."""
+    config = copy.deepcopy(model.generation_config)
+    for key, value in generate_kwargs.items():
+        if key in _LENGTH_KWARGS:
+            continue  # the loop stops each row at its own cap
+        if not hasattr(config, key):
+            raise ValueError(f"the decode loop does not handle generate kwarg {key!r}")
+        setattr(config, key, value)  # what GenerationConfig.update does for known keys
+    if config.do_sample or (config.num_beams or 1) > 1:
+        raise ValueError("the decode loop verifies greedy decoding only")
+    # generate()'s own builder, so the list is whatever generate() would apply. Its `self` is
+    # annotated with a protocol the Qwen2-VL class does not declare (mypy cannot see it).
+    # A non-zero prompt length says the processors see the prompt's ids too (as they do).
+    processors: LogitsProcessorList = model._get_logits_processor(  # type: ignore[misc]
+        generation_config=config, input_ids_seq_length=1
+    )
+    return processors
+
+
+_LENGTH_KWARGS = ("max_new_tokens", "max_length")
+
+
+def _layers(cache: DynamicCache) -> list[DynamicLayer]:
+    layers = []
+    for layer in cache.layers:
+        if not isinstance(layer, DynamicLayer) or layer.keys is None or layer.values is None:
+            raise TypeError(f"the decode loop handles full-attention dynamic caches, not {layer}")
+        layers.append(layer)
+    return layers
+
+
+def _pad_left(tensor: torch.Tensor, width: int, dim_from_end: int) -> torch.Tensor:
+    """Left-pad `tensor` with zeros to `width` along the dimension `dim_from_end` from the end
+    (1: the last, 2: the one before it)."""
+    missing = width - tensor.shape[-dim_from_end]
+    if missing <= 0:
+        return tensor
+    return F.pad(tensor, (0, 0) * (dim_from_end - 1) + (missing, 0))
+
+
+class DecodeBatch:
+    """The active rows, their shared KV cache and attention mask (see the module docstring).
+
+    `join` prefills a row and adds it; `step` runs one drafted forward pass for every active
+    row and returns the rows that finished in it. Both run under torch.no_grad()."""
+
+    def __init__(
+        self,
+        model: Qwen2VLForConditionalGeneration,
+        processors: LogitsProcessorList,
+        eos_ids: set[int],
+        k_policy: Callable[[], AdaptiveK] = AdaptiveK,
+        max_positions: int = 0,
+    ) -> None:
+        self.model = model
+        self.processors = processors
+        self.eos_ids = set(eos_ids)
+        self.k_policy = k_policy
+        # Rows x (1 + longest draft) scored per pass, at most (0: no limit). What a position
+        # costs depends on the decoder's kernels: the weight-only int8 one grows with rows
+        # (docs/benchmarks.md, 2026-12-05), so a batch there affords shorter drafts.
+        self.max_positions = max_positions
+        self.rows: list[_Row] = []
+        self.cache: DynamicCache | None = None
+        self.mask: torch.Tensor | None = None  # [rows, cache columns], 1 = attend
+        self.passes = 0  # forward passes of this batch (prefills included)
+
+    def done(self, row: _Row) -> bool:
+        return row.generated[-1] in self.eos_ids or len(row.generated) >= row.request.max_new_tokens
+
+    @torch.no_grad()
+    def join(self, index: int, request: DecodeRequest) -> DecodeResult | None:
+        """Prefill `request` alone and add it to the batch; its result if it finished at once
+        (EOS first, or a cap of one token)."""
+        inputs = dict(request.inputs)
+        input_ids = inputs.pop("input_ids")
+        if input_ids.shape[0] != 1:
+            raise ValueError("join one row at a time")
+        positions, _deltas = self.model.model.get_rope_index(
+            input_ids,
+            mm_token_type_ids=inputs["mm_token_type_ids"],
+            image_grid_thw=inputs.get("image_grid_thw"),
+            attention_mask=inputs.get("attention_mask"),
+        )
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            **inputs,
+        )
+        self.passes += 1
+        prompt = [int(t) for t in input_ids[0].tolist()]
+        row = _Row(index, request, prompt, [], int(positions[:, 0, -1].max()) + 1, self.k_policy())
+        row.stats.passes = 1
+        row.generated.append(self._choose(input_ids, _logits(out)[0, -1:]))
+        if self.done(row):
+            return row.result()
+        self._merge(cache, len(prompt))
+        self.rows.append(row)
+        return None
+
+    def _choose(self, prefix: torch.Tensor, logits: torch.Tensor) -> int:
+        """generate()'s greedy choice after `prefix` ([1, L]) from fp32 `logits` ([1, V])."""
+        scores = self.processors(cast(torch.LongTensor, prefix), logits.clone())
+        return int(scores.argmax(dim=-1)[0])
+
+    def _merge(self, cache: DynamicCache, length: int) -> None:
+        if self.cache is None or self.mask is None:
+            self.cache = cache
+            self.mask = torch.ones((1, length), dtype=torch.long)
+            return
+        width = max(self.mask.shape[1], length)
+        for layer, joiner in zip(_layers(self.cache), _layers(cache), strict=True):
+            assert layer.keys is not None and layer.values is not None  # _layers checked
+            assert joiner.keys is not None and joiner.values is not None
+            layer.keys = torch.cat(
+                [_pad_left(layer.keys, width, 2), _pad_left(joiner.keys, width, 2)]
+            )
+            layer.values = torch.cat(
+                [_pad_left(layer.values, width, 2), _pad_left(joiner.values, width, 2)]
+            )
+        joined = torch.ones((1, length), dtype=torch.long)
+        self.mask = torch.cat([_pad_left(self.mask, width, 1), _pad_left(joined, width, 1)])
+
+    @torch.no_grad()
+    def step(self) -> list[DecodeResult]:
+        """One forward pass for every active row; the results of the rows that finished."""
+        if not self.rows or self.cache is None or self.mask is None:
+            return []
+        count = len(self.rows)
+        limit = self.max_positions // count - 1 if self.max_positions else 1 << 30
+        drafts = [self._draft(row, limit) for row in self.rows]
+        width = 1 + max(len(d) for d in drafts)
+        ids = torch.zeros((count, width), dtype=torch.long)
+        positions = torch.zeros((3, count, width), dtype=torch.long)
+        fed = torch.zeros((count, width), dtype=torch.long)
+        offsets = torch.arange(width)
+        for r, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
+            ids[r, : 1 + len(draft)] = torch.tensor([row.generated[-1], *draft])
+            positions[:, r, :] = row.next_pos + offsets
+            fed[r, : 1 + len(draft)] = 1
+        out = self.model(
+            input_ids=ids,
+            attention_mask=torch.cat([self.mask, fed], dim=1),
+            position_ids=positions,
+            cache=self.cache,
+            use_cache=True,
+        )
+        self.passes += 1
+        logits = _logits(out)
+        kept = torch.zeros_like(fed)
+        for r, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
+            kept[r, : self._verify(row, draft, logits[r])] = 1
+        self.mask = torch.cat([self.mask, kept], dim=1)
+        finished = [row for row in self.rows if self.done(row)]
+        if finished:
+            self._leave(finished)
+        self._trim()
+        return [row.result() for row in finished]
+
+    def _draft(self, row: _Row, limit: int) -> list[int]:
+        source = row.request.draft
+        # Each pass writes at most k + 1 tokens: the draft never runs past the row's cap.
+        room = row.request.max_new_tokens - len(row.generated) - 1
+        k = min(row.k.current(), room, limit)
+        if source is None or k <= 0:
+            return []
+        return list(source.propose(row.generated, k))[:k]
+
+    def _verify(self, row: _Row, draft: list[int], logits: torch.Tensor) -> int:
+        """Append the tokens the model chose for `row` at its scored positions, up to the first
+        that differs from the draft (or EOS / the cap); how many of the fed columns are now
+        valid KV (the last token and every confirmed draft token)."""
+        prefix = torch.tensor([[*row.prompt, *row.generated, *draft]], dtype=torch.long)
+        start = len(row.prompt) + len(row.generated)
+        accepted = written = 0
+        for j in range(len(draft) + 1):
+            token = self._choose(prefix[:, : start + j], logits[j : j + 1])
+            row.generated.append(token)
+            written += 1
+            matched = j < len(draft) and token == draft[j]
+            accepted += matched
+            if self.done(row) or not matched:
+                break
+        row.stats.passes += 1
+        row.stats.proposed += len(draft)
+        row.stats.accepted += accepted
+        row.k.update(len(draft), accepted)
+        row.next_pos += written
+        return written
+
+    def _leave(self, finished: list[_Row]) -> None:
+        gone = {id(row) for row in finished}
+        keep = [r for r, row in enumerate(self.rows) if id(row) not in gone]
+        self.rows = [self.rows[r] for r in keep]
+        if not keep or self.cache is None or self.mask is None:
+            self.cache = self.mask = None
+            return
+        index = torch.tensor(keep, dtype=torch.long)
+        for layer in _layers(self.cache):
+            assert layer.keys is not None and layer.values is not None  # _layers checked
+            layer.keys = layer.keys.index_select(0, index)
+            layer.values = layer.values.index_select(0, index)
+        self.mask = self.mask.index_select(0, index)
+
+    def _trim(self) -> None:
+        """Drop the cache columns no row attends to: left padding nobody needs any more,
+        rejected draft positions at the end, and holes once they are a noticeable share."""
+        if self.cache is None or self.mask is None:
+            return
+        live = self.mask.any(dim=0)
+        if bool(live.all()):
+            return
+        columns = live.nonzero().squeeze(1)
+        first, end = int(columns[0]), int(columns[-1]) + 1
+        holes = end - first - columns.numel()
+        if holes > HOLE_SHARE * columns.numel():
+            self._select(lambda t: t.index_select(-2, columns), columns)
+        else:
+            self._select(lambda t: t[..., first:end, :], torch.arange(first, end))
+
+    def _select(self, cut: Callable[[torch.Tensor], torch.Tensor], columns: torch.Tensor) -> None:
+        assert self.cache is not None and self.mask is not None
+        for layer in _layers(self.cache):
+            assert layer.keys is not None and layer.values is not None  # _layers checked
+            layer.keys = cut(layer.keys)
+            layer.values = cut(layer.values)
+        self.mask = self.mask.index_select(1, columns)
+
+
+def _logits(out: object) -> torch.Tensor:
+    logits = getattr(out, "logits", None)
+    if not isinstance(logits, torch.Tensor):
+        raise TypeError("the model returned no logits")
+    # generate() applies its processors to fp32 copies of the logits; so does the loop.
+    return logits.float()
+
+
+def decode(
+    batch: DecodeBatch,
+    requests: Sequence[DecodeRequest],
+    max_rows: int,
+    on_done: RowFinished,
+) -> list[DecodeResult]:
+    """Every request through `batch`, at most `max_rows` active at once, in request order:
+    a row joins as soon as another leaves. `on_done` hears each row when it finishes."""
+    waiting = deque(enumerate(requests))
+    results: dict[int, DecodeResult] = {}
+
+    def finish(result: DecodeResult) -> None:
+        results[result.index] = result
+        on_done(result)
+
+    while waiting or batch.rows:
+        while waiting and len(batch.rows) < max(1, max_rows):
+            index, request = waiting.popleft()
+            joined = batch.join(index, request)
+            if joined is not None:
+                finish(joined)
+        for result in batch.step():
+            finish(result)
+    return [results[i] for i in range(len(requests))]
+
+
+class MinerUClient(Protocol):
+    """The parts of mineru-vl-utils' transformers client reused: MinerU's messages, its
+    generate kwargs and the ids it drops from the text."""
+
+    skip_token_ids: set[int]
+
+    def build_messages(self, prompt: str) -> object: ...
+
+    def build_generate_kwargs(self, sampling_params: object) -> Mapping[str, object]: ...
+
+
+class LoopGenerator:
+    """`BatchedGenerator.generate`'s contract run by the decode loop (the engine's switch).
+
+    Rows of one set of sampling params, results in request order, `on_done(i)` as row i
+    finishes; at most `max_rows` decode together and a waiting row takes a finished row's
+    place at once. `draft_for` gives each row its draft source (none by default). `totals`
+    adds up every row's `RowStats`, for the engine to report."""
+
+    def __init__(
+        self,
+        model: Qwen2VLForConditionalGeneration,
+        processor: Qwen2VLProcessor,
+        client: MinerUClient,
+        eos_ids: set[int],
+        max_rows: int,
+        draft_for: Callable[[GenRequest], DraftSource | None] = lambda _row: None,
+    ) -> None:
+        self.model = model
+        self.processor = processor
+        self.client = client
+        self.eos_ids = set(eos_ids)
+        self.max_rows = max(1, max_rows)
+        self.draft_for = draft_for
+        self.totals = RowStats()
+
+    def generate(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        if not rows:
+            return []
+        cap = max(row.max_new_tokens for row in rows)
+        kwargs = self.client.build_generate_kwargs(capped(rows[0].params, cap))
+        batch = DecodeBatch(self.model, greedy_processors(self.model, kwargs), self.eos_ids)
+        requests = [
+            DecodeRequest(self.inputs(row), row.max_new_tokens, self.draft_for(row)) for row in rows
+        ]
+        results = decode(batch, requests, self.max_rows, lambda result: on_done(result.index))
+        skip = self.client.skip_token_ids
+        predictions = []
+        for result in results:
+            self.totals.add(result.stats)
+            kept = [t for t in result.tokens if t not in skip]
+            text = self.processor.batch_decode(  # type: ignore[no-untyped-call]
+                [kept], skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )[0]
+            predictions.append(Prediction(text=text, tokens=len(result.tokens)))
+        return predictions
+
+    def inputs(self, row: GenRequest) -> dict[str, torch.Tensor]:
+        """One row's prompt as MinerU's client builds it, alone (no padding); floating inputs
+        (pixel values) in the model's dtype, as the client does."""
+        text = self.processor.apply_chat_template(
+            # transformers' hint says str contents; chat templates take MinerU's content
+            # lists (an image part, a text part) as well.
+            cast("list[dict[str, str]]", self.client.build_messages(row.prompt)),
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        inputs = self.processor(text=[text], images=[row.image], return_tensors="pt")
+        return {
+            key: value.to(self.model.dtype) if value.is_floating_point() else value
+            for key, value in inputs.items()
+        }
