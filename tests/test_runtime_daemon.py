@@ -36,10 +36,12 @@ def http_engine(url: str, **http: Any) -> dict[str, Any]:
 
 
 def pages_of(d: DaemonProc, job_id: int) -> list[int]:
+    # page_times, not pages: a published document's pages are deleted (bounded state), while
+    # each page's time stays for the status page; one row per page, written with the page.
     conn = sqlite3.connect(f"file:{d.root / 'state' / 'docinbox.sqlite3'}?mode=ro", uri=True)
     try:
         rows = conn.execute(
-            "SELECT page_idx FROM pages WHERE job_id = ? ORDER BY page_idx", (job_id,)
+            "SELECT page_idx FROM page_times WHERE job_id = ? ORDER BY page_idx", (job_id,)
         ).fetchall()
     finally:
         conn.close()
