@@ -424,3 +424,34 @@ def test_an_outbox_on_a_hung_share_makes_documents_wait(
     assert "is back after" in d.output()
     assert restarts(d) == 0
     assert d.stop() == 0
+
+
+def test_a_reload_while_a_share_hangs_is_refused_and_the_loop_goes_on(
+    tmp_path: Path, daemon_factory: DaemonFactory, fuse_share: FuseShare
+) -> None:
+    """SIGHUP's folder checks go through the share lanes: a hung inbox costs the reload
+    one deadline and is reported like a vanished one (the reload is refused, the running
+    configuration stays), and the main loop goes on; once it answers, a reload applies."""
+    d = start_daemon(daemon_factory, inboxes=[{"path": "inbox"}, {"path": str(fuse_share.mnt)}])
+
+    assert d.proc is not None
+    fuse_share.hang()
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGHUP)  # at once: before the share is marked
+    wait_for(lambda: "reload refused" in d.output(), 30, "the reload refused", d.proc)
+    print(f"reload refused {time.monotonic() - t0:.1f} s after SIGHUP")
+    refused = d.output().split("reload refused", 1)[1]
+    assert f"inbox {fuse_share.mnt} is not answering" in refused, refused
+    # The loop goes on after the reload: it records its status, the local inbox converts.
+    seen: float = d.runtime()["updated_at"]
+    wait_for(partial(recorded_after, d, seen), 15, "the loop ticking", d.proc)
+    make_text_pdf(tmp_path / "inbox" / "local.pdf", [["Dropped locally after the reload"]])
+    wait_for(lambda: d.states().get("local.pdf") == "done", 60,
+             "local.pdf converted during the hang", d.proc)
+
+    fuse_share.answer()
+    wait_for(lambda: "is back after" in d.output(), 30, "the share answering again", d.proc)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.output(), 30, "the reload applied", d.proc)
+    assert restarts(d) == 0
+    assert d.stop() == 0

@@ -410,7 +410,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             new = load_config(self.cfg.source)
-            problems = check_paths(new, create=True)
+            problems = check_paths(new, create=True, call=self.shares.call)
             if problems:
                 raise ConfigError(problems)
         except ConfigError as exc:
