@@ -290,3 +290,27 @@ def test_a_reload_check_reports_a_hung_folder_as_not_answering_after_one_deadlin
     assert [h.mount for h in shares.hung()] == [str(nas)]
     t.gate.set()
     shares.close()
+
+
+def test_the_status_page_asks_a_hung_outbox_for_free_space_for_a_second_only(
+    tmp_path: Path,
+) -> None:
+    """The HTTP thread asks for the outbox's free space through its lane with a short
+    patience: a share that hangs before the daemon has marked it costs a request a
+    second, and the request does not mark it (the main loop's deadline does)."""
+    from daemon.service.status import SHARE_PATIENCE_SECONDS, collect
+
+    t = FakeTime()
+    cfg, nas = nas_config(tmp_path, outbox_on_nas=True)
+    shares = nas_shares(t, nas)
+    free = {d.name: d.free for d in collect(cfg, now=5000.0, shares=shares).disks}
+    assert free["outbox"] is not None and free["state_dir"] is not None
+
+    t.gate.clear()
+    st = collect(cfg, now=5000.0, shares=shares)
+    free = {d.name: d.free for d in st.disks}
+    assert free["outbox"] is None and free["state_dir"] is not None
+    assert t.now == 100.0 + SHARE_PATIENCE_SECONDS < 102.0
+    assert shares.hung() == []  # a slow answer to the page is not a hung share yet
+    t.gate.set()
+    shares.close()

@@ -455,3 +455,30 @@ def test_a_reload_while_a_share_hangs_is_refused_and_the_loop_goes_on(
     wait_for(lambda: "configuration reloaded" in d.output(), 30, "the reload applied", d.proc)
     assert restarts(d) == 0
     assert d.stop() == 0
+
+
+def test_healthz_answers_while_the_outbox_hangs_before_the_share_is_marked(
+    tmp_path: Path, daemon_factory: DaemonFactory, fuse_share: FuseShare
+) -> None:
+    """The HTTP thread asks for the outbox's free space through its share's lane with a
+    short patience: from the first moment of the hang, before the main loop's deadline
+    marks the share, /healthz answers within 2 s (`healthz` asserts it)."""
+    port = free_port()
+    d = start_daemon(daemon_factory, outbox=str(fuse_share.mnt),
+                     http={"enabled": True, "port": port})
+    assert healthz(port)["disk_free_bytes"]["outbox"] is not None
+
+    fuse_share.hang()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 12.0:  # the deadline (10 s) and a little more
+        body = healthz(port)
+    print(f"/healthz after {time.monotonic() - t0:.1f} s of hang: {body['reasons']}")
+    wait_for(lambda: healthz(port)["shares_not_answering"] == [str(fuse_share.mnt)], 15,
+             "/healthz naming the hung outbox", d.proc)
+    assert healthz(port)["disk_free_bytes"]["outbox"] is None
+
+    fuse_share.answer()
+    wait_for(lambda: healthz(port)["disk_free_bytes"]["outbox"] is not None, 30,
+             "the outbox's free space known again", d.proc)
+    assert restarts(d) == 0
+    assert d.stop() == 0

@@ -184,7 +184,8 @@ class Daemon:
         if self.cfg.http.enabled:
             try:
                 self.http = start_http_server(
-                    self.cfg, self.current_live, token=http_token(self.cfg.http)
+                    self.cfg, self.current_live, token=http_token(self.cfg.http),
+                    shares=self.shares,
                 )
             except OSError as exc:
                 # A port clash must not stop document processing; say so and go on.
