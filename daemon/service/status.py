@@ -593,9 +593,6 @@ def collect(
         else:
             if current.taken_at is not None and monotonic is not None:
                 loop_age = max(0.0, monotonic - current.taken_at)
-    hung = frozenset(
-        f.path for f in (current.folders if current is not None else ()) if not f.answering
-    )
     return Status(
         now=now,
         configured_engine=cfg.engine.name,
@@ -609,8 +606,13 @@ def collect(
         loop_age=loop_age,
         queue=queue,
         store_error=store_error,
-        disks=(
-            disk_free("outbox", cfg.outbox, hung, shares),
-            disk_free("state_dir", cfg.state_dir, hung, shares),
-        ),
+        disks=_disks(cfg, current, shares),
+    )
+
+
+def _disks(cfg: Config, live: Live | None, shares: Shares | None) -> tuple[DiskFree, ...]:
+    hung = frozenset(f.path for f in (live.folders if live is not None else ()) if not f.answering)
+    return (
+        disk_free("outbox", cfg.outbox, hung, shares),
+        disk_free("state_dir", cfg.state_dir, hung, shares),
     )
