@@ -17,6 +17,7 @@ import contextlib
 import errno
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.common.shares import NotAnswering, ShareCall
@@ -39,18 +40,17 @@ logger = logging.getLogger("daemon.intake.watcher")
 HintSink = Callable[[InboxState, HintKind, str], None]
 
 
+@dataclass(eq=False)
 class InboxObservers:
-    """Starts and stops the inboxes' observers; `started` while the watcher runs."""
+    """Starts and stops the inboxes' observers; `started` while the watcher runs.
+    `call`: into an inbox's share (its lane); `sink`: where the handlers put hints."""
 
-    def __init__(
-        self, settings: WatcherSettings, io: WatcherIO, call: ShareCall, sink: HintSink
-    ) -> None:
-        self._settings = settings
-        self._io = io
-        self._call = call
-        self._sink = sink
-        self.started = False
-        self.roots: RootWatch | None = None  # inotify on the inbox folders themselves
+    _settings: WatcherSettings
+    _io: WatcherIO
+    _call: ShareCall
+    _sink: HintSink
+    started: bool = field(default=False, init=False)
+    roots: RootWatch | None = field(default=None, init=False)  # inotify on the inbox folders
 
     def begin(self) -> None:
         self.started = True
