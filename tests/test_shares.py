@@ -429,16 +429,21 @@ def test_an_outbox_on_a_hung_share_makes_documents_wait(
 def test_a_reload_while_a_share_hangs_is_refused_and_the_loop_goes_on(
     tmp_path: Path, daemon_factory: DaemonFactory, fuse_share: FuseShare
 ) -> None:
-    """SIGHUP's folder checks go through the share lanes: a hung inbox costs the reload
-    one deadline and is reported like a vanished one (the reload is refused, the running
-    configuration stays), and the main loop goes on; once it answers, a reload applies."""
+    """SIGHUP's folder checks go through the share lanes: a hung inbox is reported like a
+    vanished one (the reload is refused, the running configuration stays) instead of
+    freezing the main loop in a stat, and once it answers, a reload applies.
+
+    SIGHUP is sent once the share is marked: right after SIGSTOP the kernel may still
+    answer a stat of the mount from its attribute cache, and the reload would pass."""
     d = start_daemon(daemon_factory, inboxes=[{"path": "inbox"}, {"path": str(fuse_share.mnt)}])
 
     assert d.proc is not None
     fuse_share.hang()
+    wait_for(lambda: [ib for ib in d.runtime()["inboxes"] if ib["answering"] is False], 30,
+             "the hung share marked", d.proc)
     t0 = time.monotonic()
-    d.proc.send_signal(signal.SIGHUP)  # at once: before the share is marked
-    wait_for(lambda: "reload refused" in d.output(), 30, "the reload refused", d.proc)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload refused" in d.output(), 15, "the reload refused", d.proc)
     print(f"reload refused {time.monotonic() - t0:.1f} s after SIGHUP")
     refused = d.output().split("reload refused", 1)[1]
     assert f"inbox {fuse_share.mnt} is not answering" in refused, refused
