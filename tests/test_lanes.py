@@ -233,3 +233,84 @@ def test_a_document_finished_while_its_outbox_hangs_is_not_written_but_waits(
     t.gate.set()
     shares.close()
     store.close()
+
+
+def nas_config(tmp_path: Path, *, outbox_on_nas: bool) -> tuple[Any, Path]:
+    """A config whose first inbox (or outbox) is on a share mounted at tmp_path/nas."""
+    from daemon.config.settings import Config, InboxConfig
+
+    nas = tmp_path / "nas"
+    folders = {n: tmp_path / n for n in ("inbox", "outbox", "archive", "failed", "duplicates",
+                                         "state")}
+    for f in (nas, *folders.values()):
+        f.mkdir()
+    inboxes: tuple[InboxConfig, ...] = (InboxConfig(path=folders["inbox"]),)
+    if not outbox_on_nas:
+        inboxes = (InboxConfig(path=nas), *inboxes)
+    cfg = Config(
+        inboxes=inboxes,
+        outbox=nas if outbox_on_nas else folders["outbox"],
+        archive=folders["archive"],
+        failed=folders["failed"],
+        duplicates=folders["duplicates"],
+        state_dir=folders["state"],
+    )
+    return cfg, nas
+
+
+def nas_shares(t: FakeTime, nas: Path) -> Shares:
+    """Lanes where only the share at `nas` hangs while the test's gate is closed."""
+    mounts = f"1 0 8:1 / / rw - ext4 /dev/sda1 rw\n2 1 0:50 / {nas} rw - nfs4 n:/s rw\n"
+    return Shares(
+        10.0,
+        mountinfo=lambda: mounts,
+        lane=lambda m, d: t.lane(m, d) if m == str(nas) else Lane(m, d),
+    )
+
+
+@pytest.mark.parametrize("outbox_on_nas", [False, True])
+def test_a_reload_check_reports_a_hung_folder_as_not_answering_after_one_deadline(
+    tmp_path: Path, outbox_on_nas: bool
+) -> None:
+    """SIGHUP's folder checks go through the lanes: a hung inbox or outbox is a problem
+    (the reload is refused, as for a folder that vanished), not a frozen main loop."""
+    from daemon.config.settings import check_paths
+
+    t = FakeTime()
+    cfg, nas = nas_config(tmp_path, outbox_on_nas=outbox_on_nas)
+    shares = nas_shares(t, nas)
+    assert check_paths(cfg, call=shares.call) == []  # answering: nothing to say
+
+    t.gate.clear()
+    problems = check_paths(cfg, call=shares.call)
+    key = "outbox" if outbox_on_nas else "inboxes[0].path"
+    assert [(p.key, "is not answering" in p.message) for p in problems] == [(key, True)]
+    assert str(nas) in problems[0].message
+    assert t.now == 110.0  # one deadline for the whole check, the other folders checked
+    assert [h.mount for h in shares.hung()] == [str(nas)]
+    t.gate.set()
+    shares.close()
+
+
+def test_the_status_page_asks_a_hung_outbox_for_free_space_for_a_second_only(
+    tmp_path: Path,
+) -> None:
+    """The HTTP thread asks for the outbox's free space through its lane with a short
+    patience: a share that hangs before the daemon has marked it costs a request a
+    second, and the request does not mark it (the main loop's deadline does)."""
+    from daemon.service.status import SHARE_PATIENCE_SECONDS, collect
+
+    t = FakeTime()
+    cfg, nas = nas_config(tmp_path, outbox_on_nas=True)
+    shares = nas_shares(t, nas)
+    free = {d.name: d.free for d in collect(cfg, now=5000.0, shares=shares).disks}
+    assert free["outbox"] is not None and free["state_dir"] is not None
+
+    t.gate.clear()
+    st = collect(cfg, now=5000.0, shares=shares)
+    free = {d.name: d.free for d in st.disks}
+    assert free["outbox"] is None and free["state_dir"] is not None
+    assert t.now == 100.0 + SHARE_PATIENCE_SECONDS < 102.0
+    assert shares.hung() == []  # a slow answer to the page is not a hung share yet
+    t.gate.set()
+    shares.close()

@@ -122,6 +122,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.intake.presence": (70, "daemon"),
     "daemon.intake.stability": (70, "daemon"),
     "daemon.intake.observers": (70, "daemon"),
+    "daemon.intake.observing": (70, "daemon"),
     "daemon.intake.scan": (70, "daemon"),
     "daemon.intake.watch_settings": (70, "daemon"),
     "daemon.intake.watcher": (70, "daemon"),

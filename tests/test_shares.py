@@ -424,3 +424,66 @@ def test_an_outbox_on_a_hung_share_makes_documents_wait(
     assert "is back after" in d.output()
     assert restarts(d) == 0
     assert d.stop() == 0
+
+
+def test_a_reload_while_a_share_hangs_is_refused_and_the_loop_goes_on(
+    tmp_path: Path, daemon_factory: DaemonFactory, fuse_share: FuseShare
+) -> None:
+    """SIGHUP's folder checks go through the share lanes: a hung inbox is reported like a
+    vanished one (the reload is refused, the running configuration stays) instead of
+    freezing the main loop in a stat, and once it answers, a reload applies.
+
+    SIGHUP is sent once the share is marked: right after SIGSTOP the kernel may still
+    answer a stat of the mount from its attribute cache, and the reload would pass."""
+    d = start_daemon(daemon_factory, inboxes=[{"path": "inbox"}, {"path": str(fuse_share.mnt)}])
+
+    assert d.proc is not None
+    fuse_share.hang()
+    wait_for(lambda: [ib for ib in d.runtime()["inboxes"] if ib["answering"] is False], 30,
+             "the hung share marked", d.proc)
+    t0 = time.monotonic()
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "reload refused" in d.output(), 15, "the reload refused", d.proc)
+    print(f"reload refused {time.monotonic() - t0:.1f} s after SIGHUP")
+    refused = d.output().split("reload refused", 1)[1]
+    assert f"inbox {fuse_share.mnt} is not answering" in refused, refused
+    # The loop goes on after the reload: it records its status, the local inbox converts.
+    seen: float = d.runtime()["updated_at"]
+    wait_for(partial(recorded_after, d, seen), 15, "the loop ticking", d.proc)
+    make_text_pdf(tmp_path / "inbox" / "local.pdf", [["Dropped locally after the reload"]])
+    wait_for(lambda: d.states().get("local.pdf") == "done", 60,
+             "local.pdf converted during the hang", d.proc)
+
+    fuse_share.answer()
+    wait_for(lambda: "is back after" in d.output(), 30, "the share answering again", d.proc)
+    d.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "configuration reloaded" in d.output(), 30, "the reload applied", d.proc)
+    assert restarts(d) == 0
+    assert d.stop() == 0
+
+
+def test_healthz_answers_while_the_outbox_hangs_before_the_share_is_marked(
+    tmp_path: Path, daemon_factory: DaemonFactory, fuse_share: FuseShare
+) -> None:
+    """The HTTP thread asks for the outbox's free space through its share's lane with a
+    short patience: from the first moment of the hang, before the main loop's deadline
+    marks the share, /healthz answers within 2 s (`healthz` asserts it)."""
+    port = free_port()
+    d = start_daemon(daemon_factory, outbox=str(fuse_share.mnt),
+                     http={"enabled": True, "port": port})
+    assert healthz(port)["disk_free_bytes"]["outbox"] is not None
+
+    fuse_share.hang()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 12.0:  # the deadline (10 s) and a little more
+        body = healthz(port)
+    print(f"/healthz after {time.monotonic() - t0:.1f} s of hang: {body['reasons']}")
+    wait_for(lambda: healthz(port)["shares_not_answering"] == [str(fuse_share.mnt)], 15,
+             "/healthz naming the hung outbox", d.proc)
+    assert healthz(port)["disk_free_bytes"]["outbox"] is None
+
+    fuse_share.answer()
+    wait_for(lambda: healthz(port)["disk_free_bytes"]["outbox"] is not None, 30,
+             "the outbox's free space known again", d.proc)
+    assert restarts(d) == 0
+    assert d.stop() == 0

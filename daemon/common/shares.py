@@ -243,6 +243,13 @@ class Shares:
                 lane = self._lanes[mount] = self._new_lane(mount, self.deadline)
             return lane
 
+    def set_deadline(self, seconds: float) -> None:
+        """A reloaded `limits.share_deadline_seconds`: every lane's next call on."""
+        with self._lock:
+            self.deadline = seconds
+            for lane in self._lanes.values():
+                lane.deadline = seconds
+
     def call(
         self, path: Path | str, fn: Callable[[], T], *, patience: float | None = None
     ) -> T:

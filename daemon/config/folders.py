@@ -13,10 +13,12 @@ import itertools
 import os
 import tempfile
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 from daemon.common.display import safe_display
 from daemon.common.mounttable import read_fstab, read_mountinfo, unmounted_share
+from daemon.common.shares import NotAnswering, ShareCall, direct
 from daemon.config.values import Problem
 
 
@@ -99,22 +101,45 @@ def _unmounted(
     )
 
 
+def _not_answering(key: str, what: str, exc: NotAnswering) -> Problem:
+    # Said like a share that is not mounted: the folder cannot be used now.
+    return Problem(
+        key,
+        f"{what} is not answering: {exc.strerror}",
+        "is its server down (a hard NFS mount)? try again once it answers",
+    )
+
+
+def _inbox_problem(
+    key: str, path: Path, real: Path, fstab: str | None, mountinfo: str | None
+) -> Problem | None:
+    """One inbox: there, a folder, mounted and readable (calls into its share)."""
+    mkdir_hint = f"is the share mounted? create it with: mkdir -p {path}"
+    if not real.exists():
+        return Problem(key, f"inbox {path} does not exist", mkdir_hint)
+    if not real.is_dir():
+        return Problem(key, f"inbox {path} is not a folder", "point it at a folder")
+    if (unmounted := _unmounted(key, path, real, fstab, mountinfo)) is not None:
+        return unmounted
+    if not os.access(real, os.R_OK | os.X_OK):
+        return Problem(key, f"inbox {path} is not readable", "give the daemon's user read access")
+    return None
+
+
 def _inbox_problems(
-    inboxes: list[tuple[str, Path, Path]], fstab: str | None, mountinfo: str | None
+    inboxes: list[tuple[str, Path, Path]],
+    fstab: str | None,
+    mountinfo: str | None,
+    call: ShareCall = direct,
 ) -> list[Problem]:
     problems: list[Problem] = []
     for key, path, real in inboxes:
-        mkdir_hint = f"is the share mounted? create it with: mkdir -p {path}"
-        if not real.exists():
-            problems.append(Problem(key, f"inbox {path} does not exist", mkdir_hint))
-        elif not real.is_dir():
-            problems.append(Problem(key, f"inbox {path} is not a folder", "point it at a folder"))
-        elif (unmounted := _unmounted(key, path, real, fstab, mountinfo)) is not None:
-            problems.append(unmounted)
-        elif not os.access(real, os.R_OK | os.X_OK):
-            problems.append(
-                Problem(key, f"inbox {path} is not readable", "give the daemon's user read access")
-            )
+        try:
+            problem = call(real, partial(_inbox_problem, key, path, real, fstab, mountinfo))
+        except NotAnswering as exc:
+            problem = _not_answering(key, f"inbox {path}", exc)
+        if problem is not None:
+            problems.append(problem)
 
     # Nested inboxes: one file would belong to two inboxes and be processed twice.
     for (key_a, _, real_a), (key_b, _, real_b) in itertools.combinations(inboxes, 2):
@@ -141,6 +166,7 @@ def check_folders(
     create: bool,
     fstab: str | None = None,
     mountinfo: str | None = None,
+    call: ShareCall = direct,
 ) -> list[Problem]:
     """Every filesystem problem at once (empty list: good to run).
 
@@ -149,24 +175,46 @@ def check_folders(
     (with parents); `state_dir` gets mode 0o700 since its database holds file names.
     `fstab`, `mountinfo`: the mount tables' text (None: read /etc/fstab and
     /proc/self/mountinfo), to refuse an inbox on a share that is not mounted.
+    `call`: how a call into a folder's share is made (the daemon's reload passes its
+    share lanes, so a hung share costs one deadline and is reported as not answering).
     """
-    inboxes = [(f"inboxes[{i}].path", p, real_path(p)) for i, p in enumerate(inbox_paths)]
+    hung: list[Problem] = []
+
+    def resolve(key: str, what: str, path: Path) -> Path | None:
+        try:
+            return call(path, lambda: real_path(path))
+        except NotAnswering as exc:
+            hung.append(_not_answering(key, what, exc))
+            return None
+
+    inboxes = [
+        (key, p, real)
+        for i, p in enumerate(inbox_paths)
+        if (real := resolve(key := f"inboxes[{i}].path", f"inbox {p}", p)) is not None
+    ]
     if inboxes:
         fstab = fstab if fstab is not None else _read_or_none(read_fstab)
         mountinfo = mountinfo if mountinfo is not None else _read_or_none(read_mountinfo)
-    problems = _inbox_problems(inboxes, fstab, mountinfo)
+    problems = _inbox_problems(inboxes, fstab, mountinfo, call)
 
-    resolved = [(key, folder, real_path(folder)) for key, folder in outputs]
+    resolved = [
+        (key, folder, real)
+        for key, folder in outputs
+        if (real := resolve(key, f"{key} {folder}", folder)) is not None
+    ]
     overlaps, dangerous = _overlap_problems(resolved, inboxes)
     problems += overlaps
     problems += _distinct_problems(resolved)
     for key, folder, real in resolved:
         if key in dangerous:
             continue  # do not create folders inside an inbox; the problem is reported
-        problem = _ensure_output(key, folder, real, create=create)
+        try:
+            problem = call(real, partial(_ensure_output, key, folder, real, create=create))
+        except NotAnswering as exc:
+            problem = _not_answering(key, f"{key} {folder}", exc)
         if problem is not None:
             problems.append(problem)
-    return problems
+    return problems + hung
 
 
 def _overlap_problems(

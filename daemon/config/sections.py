@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, get_args
 
+from daemon.common.shares import DEADLINE_SECONDS
 from daemon.config.engine import PAGE_OPTION_KEYS, p_page_overrides
 from daemon.config.schema import required, setting, settings
 from daemon.config.values import (
@@ -107,6 +108,13 @@ class LimitsConfig:
     )
     max_image_pixels: int = setting(
         default=180_000_000, parse=p_int(1), doc="Pillow's decompression-bomb limit"
+    )
+    share_deadline_seconds: float = setting(
+        default=DEADLINE_SECONDS,
+        parse=p_seconds(),
+        doc="a call into an inbox or output folder that has not returned after this long "
+        "marks its share not answering (a hard NFS mount whose server is down); the "
+        "daemon goes on without it",
     )
 
 

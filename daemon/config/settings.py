@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from daemon.common.shares import ShareCall, direct
 from daemon.config.engine import (
     BUILTIN_ENGINES,
     LOSSY_PRECISIONS,
@@ -430,9 +431,12 @@ def output_folders(cfg: Config) -> list[tuple[str, Path]]:
     return folders
 
 
-def check_paths(cfg: Config, create: bool = True) -> list[Problem]:
-    """Every filesystem problem of `cfg` at once (see daemon/config/folders.py)."""
-    return check_folders([i.path for i in cfg.inboxes], output_folders(cfg), create=create)
+def check_paths(cfg: Config, create: bool = True, call: ShareCall = direct) -> list[Problem]:
+    """Every filesystem problem of `cfg` at once (see daemon/config/folders.py); `call`:
+    how a call into a folder's share is made (the daemon passes its share lanes)."""
+    return check_folders(
+        [i.path for i in cfg.inboxes], output_folders(cfg), create=create, call=call
+    )
 
 
 def page_options_for(cfg: Config, inbox: InboxConfig | None) -> PageOptions:

@@ -16,7 +16,8 @@ Events are hints, the folder is the truth (the paperless-ngx / huey approach):
 
 The parts: which names count (daemon/intake/ignore.py), which observer an inbox gets
 (daemon/intake/mounts.py), the stability tracker (daemon/intake/stability.py), the
-observers and their event handler (daemon/intake/observers.py), one inbox's state and
+observers and their event handler (daemon/intake/observers.py), starting and stopping
+each inbox's observer (daemon/intake/observing.py), one inbox's state and
 how its folders are listed (daemon/intake/scan.py), what a watcher is built from
 (daemon/intake/watch_settings.py). This module ties them together per inbox.
 
@@ -30,7 +31,6 @@ Nothing here hashes files or touches the database, and nothing sleeps: time is p
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import math
 import os
@@ -51,19 +51,14 @@ from daemon.intake.ignore import (
     is_candidate_name,
     is_ignored_dir_name,
 )
-from daemon.intake.mounts import ObserverChoice, ObserverKind, choose_observer_kind
 from daemon.intake.observers import (
-    EVENT_FILTER,
-    EventHandler,
     HintKind,
-    ObserverLike,
     OverflowHook,
     observer_healthy,
-    reports_close_write,
 )
+from daemon.intake.observing import InboxObservers
 from daemon.intake.presence import (
     FolderPresence,
-    RootWatch,
     mount_points,
     probe_through,
 )
@@ -117,8 +112,8 @@ class Watcher:
         self._hints_ready = threading.Event()
         self._overflowed = threading.Event()
         self._rescan_requested = threading.Event()
-        self._started = False
-        self._roots: RootWatch | None = None  # inotify on the inbox folders themselves
+        # Starting and stopping each inbox's observer (daemon/intake/observing.py).
+        self._observers = InboxObservers(settings, io, self._call, self._enqueue)
         self._overflow_hook = OverflowHook(self._overflowed, self._hints_ready)
         self._states: list[InboxState] = [self._new_state(inbox) for inbox in inboxes]
 
@@ -156,26 +151,18 @@ class Watcher:
     def start(self) -> None:
         """Start one observer per inbox. Failures are logged, never raised: the periodic
         rescan still finds files, and a missing inbox is retried at each rescan."""
-        self._started = True
         logging.getLogger(OverflowHook.LOGGER).addHandler(self._overflow_hook)
-        self._roots = RootWatch.create()
+        self._observers.begin()
         for state in self._states:
             self._first_look(state)
-            self._start_observer(state)
+            self._observers.start(state)
 
     def _first_look(self, state: InboxState) -> None:
         # -inf: the first tick looks again, whatever its clock reads.
         state.share = self._shares.mount_of(state.root)
         probe = probe_through(self._call, state.root, self._mount_points(), self._io.probe)
         state.presence.start(probe, -math.inf, self._io.wall())
-        self._watch_root(state)
-
-    def _watch_root(self, state: InboxState) -> None:
-        roots = self._roots
-        if roots is not None and state.presence.present:
-            # Adding the watch looks the path up: it hangs with the share.
-            with contextlib.suppress(NotAnswering):
-                self._call(state.root, lambda: roots.watch(state.root))
+        self._observers.watch_root(state)
 
     def _mount_points(self) -> frozenset[str] | None:
         reader = self._io.mountinfo_reader
@@ -188,132 +175,8 @@ class Watcher:
 
     def stop(self) -> None:
         """Stop every observer and wait for their threads (bounded by join_timeout)."""
-        self._started = False
         logging.getLogger(OverflowHook.LOGGER).removeHandler(self._overflow_hook)
-        if self._roots is not None:
-            self._roots.close()
-            self._roots = None
-        observers = [(s.root, s.observer) for s in self._states if s.observer is not None]
-        for state in self._states:
-            state.observer = None
-            state.reason = "stopped"
-        stopped = [observer for root, observer in observers if self._halt(root, observer)]
-        for observer in stopped:
-            self._join(observer)
-
-    def _halt(self, root: Path, observer: ObserverLike) -> bool:
-        """Tell an observer to stop. watchdog waits (unbounded) for a polling emitter
-        that is stuck in a hung share: through the share's lane, so that wait is bounded
-        and an observer stuck there is left behind (a daemon thread)."""
-        try:
-            self._call(root, observer.stop)
-        except NotAnswering:
-            logger.warning("inbox %s: its file observer is stuck in the share; left behind",
-                           root)
-            return False
-        return True
-
-    def _join(self, observer: ObserverLike) -> None:
-        timeout = self._settings.join_timeout
-        observer.join(timeout)
-        if observer.is_alive():
-            # Daemon threads: they cannot keep the process alive, only leak until exit.
-            logger.warning("a file observer did not stop within %.0f s", timeout)
-
-    def _choose(self, state: InboxState) -> ObserverChoice:
-        mountinfo: str | None = None
-        reader = self._io.mountinfo_reader
-        if state.inbox.watch == "auto" and reader is not None:
-            try:
-                mountinfo = reader()
-            except OSError as exc:
-                return ObserverChoice(
-                    "events", f"cannot read mount table ({exc}); assuming a local disk"
-                )
-        # Resolving the inbox's path calls into its share.
-        return self._call(
-            state.root, lambda: choose_observer_kind(state.root, state.inbox.watch, mountinfo)
-        )
-
-    def _start_observer(self, state: InboxState) -> None:
-        if not state.presence.present:
-            state.reason = f"inbox {state.presence.missing}: watching for it to return"
-            return
-        # Close events that happened while no observer watched are lost: release holds.
-        released = state.tracker.clear_open_for_write()
-        if released:
-            logger.info(
-                "inbox %s: %d file(s) no longer held as open for writing (observer "
-                "restarted)", state.root, released
-            )
-        try:
-            choice = self._choose(state)
-            kind, reason = choice.kind, choice.reason
-            state.observer = self._schedule(state, kind)
-        except NotAnswering as exc:
-            self._observer_failed(state, exc)
-            state.presence.check_soon()
-            return
-        except OSError as exc:
-            if kind == "events" and exc.errno in (errno.ENOSPC, errno.EMFILE, errno.ENFILE):
-                # ENOSPC here means fs.inotify.max_user_watches (one watch per folder of
-                # a recursive inbox), EMFILE max_user_instances: polling still works.
-                kind = "poll"
-                reason = (
-                    f"inotify limit reached ({exc.strerror}); polling instead "
-                    "(raise fs.inotify.max_user_watches / max_user_instances)"
-                )
-                try:
-                    state.observer = self._schedule(state, kind)
-                except OSError as exc2:
-                    self._observer_failed(state, exc2)
-                    return
-            else:
-                self._observer_failed(state, exc)
-                return
-        state.kind = kind
-        state.reason = reason
-        logger.info("inbox %s: watching with %s (%s)", state.root, kind, reason)
-
-    def _observer_failed(self, state: InboxState, exc: OSError) -> None:
-        state.observer = None
-        state.kind = None
-        previous = state.reason
-        if isinstance(exc, FileNotFoundError | NotADirectoryError):
-            state.reason = "inbox folder is missing; retried at each rescan"
-        else:
-            state.reason = f"cannot watch ({exc}); rescans only, retried at each rescan"
-        if state.reason != previous:  # once, not at every rescan while the NAS is away
-            logger.warning("inbox %s: %s", state.root, state.reason)
-
-    def _schedule(self, state: InboxState, kind: ObserverKind) -> ObserverLike:
-        # Adding inotify watches walks the share: through its lane.
-        return self._call(state.root, lambda: self._schedule_here(state, kind))
-
-    def _schedule_here(self, state: InboxState, kind: ObserverKind) -> ObserverLike:
-        observer = self._io.observer_factory(kind, self._settings.poll_interval)
-        observer.schedule(
-            EventHandler(
-                state,
-                self._enqueue,
-                reports_close_write=kind == "events" and reports_close_write(observer),
-            ),
-            str(state.root),
-            recursive=state.inbox.recursive,
-            event_filter=EVENT_FILTER,
-        )
-        try:
-            observer.start()  # adds the inotify watches / takes the first snapshot
-        except BaseException:
-            with contextlib.suppress(Exception):
-                observer.stop()
-            raise
-        return observer
-
-    def _stop_observer(self, state: InboxState) -> None:
-        observer, state.observer = state.observer, None
-        if observer is not None and self._halt(state.root, observer):
-            self._join(observer)
+        self._observers.end(self._states)
 
     def replace_inboxes(self, inboxes: Sequence[InboxConfig]) -> None:
         """Apply a reloaded configuration (SIGHUP). Inboxes with the same path, recursion
@@ -327,9 +190,9 @@ class Watcher:
             match = next((s for s in remaining if s.key() == candidate.key()), None)
             if match is None:
                 new_states.append(candidate)
-                if self._started:
+                if self._observers.started:
                     self._first_look(candidate)
-                    self._start_observer(candidate)
+                    self._observers.start(candidate)
                 continue
             remaining.remove(match)
             if match.inbox.patterns != inbox.patterns:
@@ -339,7 +202,7 @@ class Watcher:
             match.presence.check_soon()
         for state in remaining:
             logger.info("inbox %s: no longer configured; stopping its observer", state.root)
-            self._stop_observer(state)
+            self._observers.stop(state)
         self._states = new_states
 
     # -- hints from watchdog threads ----------------------------------------------------
@@ -479,11 +342,10 @@ class Watcher:
         """stat each inbox every few seconds (at once after a root event): a folder that
         vanished, was replaced, unmounted or hangs leaves a dead (or stuck) observer
         behind and nothing would say so."""
-        if self._roots is not None:
-            fired = self._roots.fired()  # moved, deleted, unmounted: look now
-            for state in self._states:
-                if state.root in fired:
-                    state.presence.check_soon()
+        fired = self._observers.fired()  # moved, deleted, unmounted: look now
+        for state in self._states:
+            if state.root in fired:
+                state.presence.check_soon()
         due = [state for state in self._states if state.presence.due(now)]
         if not due:
             return
@@ -502,7 +364,7 @@ class Watcher:
                 state.reason = f"inbox {presence.missing}: watching for it to answer"
                 continue
             # Whatever watched the old folder is dead or watches the wrong one.
-            self._stop_observer(state)
+            self._observers.stop(state)
             state.kind = None
             if change.kind in ("gone", "unmounted"):
                 state.reason = f"inbox {presence.missing}: watching for it to return"
@@ -511,9 +373,9 @@ class Watcher:
             # another file system) and scan it on this tick, so files that arrived
             # meanwhile are taken now, not at the next periodic rescan. Files reported
             # before keep their signatures: the same file is not offered twice.
-            if self._started:
-                self._watch_root(state)
-                self._start_observer(state)
+            if self._observers.started:
+                self._observers.watch_root(state)
+                self._observers.start(state)
             state.next_scan = None
 
     # -- scanning -------------------------------------------------------------------------
@@ -521,11 +383,7 @@ class Watcher:
     def _rescan(self, state: InboxState, now: float) -> None:
         rescan_seconds = self._settings.rescan_seconds
         state.next_scan = now + rescan_seconds if rescan_seconds > 0 else math.inf
-        if self._started and (state.observer is None or not observer_healthy(state.observer)):
-            if state.observer is not None:
-                logger.warning("inbox %s: file observer stopped; restarting it", state.root)
-                self._stop_observer(state)
-            self._start_observer(state)
+        self._observers.restart_if_dead(state)
         present: set[Path] = set()
         offered = 0
         began = self._io.wall()

@@ -131,7 +131,7 @@ class Daemon:
         self.last_headline: tuple[object, ...] | None = None
         # Every call into an inbox or output folder the main loop makes goes through
         # the lane of its share, with a deadline: a hung share cannot freeze the loop.
-        self.shares = Shares()
+        self.shares = Shares(cfg.limits.share_deadline_seconds)
         # The output folders, looked at every few seconds like the inboxes: a share that
         # went away or hangs makes documents wait, not fail.
         self.folders = OutputFolders(self.shares, wall, log)
@@ -184,7 +184,8 @@ class Daemon:
         if self.cfg.http.enabled:
             try:
                 self.http = start_http_server(
-                    self.cfg, self.current_live, token=http_token(self.cfg.http)
+                    self.cfg, self.current_live, token=http_token(self.cfg.http),
+                    shares=self.shares,
                 )
             except OSError as exc:
                 # A port clash must not stop document processing; say so and go on.
@@ -410,7 +411,7 @@ class Daemon:
         self.notifier.reloading()
         try:
             new = load_config(self.cfg.source)
-            problems = check_paths(new, create=True)
+            problems = check_paths(new, create=True, call=self.shares.call)
             if problems:
                 raise ConfigError(problems)
         except ConfigError as exc:
@@ -432,6 +433,7 @@ class Daemon:
             self.hooks.reload(new, self.store)
         if self.upkeep is not None:
             self.upkeep.retention_seconds = new.hooks.retention_days * 86400.0
+        self.shares.set_deadline(new.limits.share_deadline_seconds)
         self.watcher.replace_inboxes(new.inboxes)
         self.folders.watch(new, now)
         self.retries.keep_inboxes(new.inboxes)

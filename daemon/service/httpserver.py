@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from daemon.common.live import LiveFn
+from daemon.common.shares import Shares
 from daemon.config.settings import Config
 from daemon.jobs.store import Store
 from daemon.service import metrics, web
@@ -55,6 +56,7 @@ class StatusSource:
         thresholds: Thresholds | None = None,
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        shares: Shares | None = None,
     ) -> None:
         # Rebound on SIGHUP (`server.cfg = new`): folders may move with a reload.
         self.cfg = cfg
@@ -62,9 +64,14 @@ class StatusSource:
         self.thresholds = thresholds or Thresholds()
         self.wall = wall
         self.monotonic = monotonic
+        # The daemon's share lanes: a request's calls into the folders go through them.
+        self.shares = shares
 
     def read(self) -> Status:
-        return collect(self.cfg, now=self.wall(), live=self.live, monotonic=self.monotonic())
+        return collect(
+            self.cfg, now=self.wall(), live=self.live, monotonic=self.monotonic(),
+            shares=self.shares,
+        )
 
 
 class _Server(ThreadingHTTPServer):
@@ -255,15 +262,19 @@ def start_http_server(
     monotonic: Callable[[], float] = time.monotonic,
     poll_interval: float = 0.5,
     token: str | None = None,
+    shares: Shares | None = None,
 ) -> HttpServer:
     """Serve on cfg.http.host:cfg.http.port (0: any free port).
 
     `poll_interval` bounds how long `stop()` waits for the serving thread to notice.
     `token`: required for the page and the documents when set (see daemon.service.auth).
+    `shares`: the daemon's share lanes, through which a request asks for free space.
     """
     cls = _Server6 if ":" in cfg.http.host else _Server
     server = cls((cfg.http.host, cfg.http.port), _Handler)
-    server.source = StatusSource(cfg, live, thresholds=thresholds, wall=wall, monotonic=monotonic)
+    server.source = StatusSource(
+        cfg, live, thresholds=thresholds, wall=wall, monotonic=monotonic, shares=shares
+    )
     server.gate = TokenGate(token)
     thread = threading.Thread(
         target=server.serve_forever,

@@ -41,7 +41,7 @@ from daemon import __version__
 from daemon.common.live import Phase
 from daemon.jobs.states import JobState
 from daemon.service.health import Health, Verdict
-from daemon.service.status import RECENT_PAGES, Status
+from daemon.service.status import RECENT_PAGES, Queue, Status
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -159,6 +159,14 @@ def metric_families(st: Status, h: Health) -> Iterable[Metric]:
             value=st.loop_age,
         )
 
+    yield from _engine_metrics(st)
+    if st.queue is None:
+        return  # database unreadable: docinbox_store_readable 0 says so
+    yield from _queue_metrics(st, st.queue)
+    yield from _hook_metrics(st)
+
+
+def _engine_metrics(st: Status) -> Iterable[Metric]:
     engine = st.engine
     einfo = InfoMetricFamily(
         "docinbox_engine",
@@ -178,9 +186,8 @@ def metric_families(st: Status, h: Health) -> Iterable[Metric]:
     )
     yield einfo
 
-    q = st.queue
-    if q is None:
-        return  # database unreadable: docinbox_store_readable 0 says so
+
+def _queue_metrics(st: Status, q: Queue) -> Iterable[Metric]:
     docs = GaugeMetricFamily("docinbox_documents", "Jobs by state.", labels=["state"])
     for s in JobState:
         docs.add_metric([s.value], float(q.counts.get(s.value, 0)))
@@ -193,7 +200,6 @@ def metric_families(st: Status, h: Health) -> Iterable[Metric]:
         value=st.queue_age_seconds or 0.0,
     )
     yield _recent_histogram(q.recent_page_seconds)
-    yield from _hook_metrics(st)
 
 
 def _hook_metrics(st: Status) -> Iterable[Metric]:

@@ -37,6 +37,7 @@ from daemon.common.live import (
     LiveFn,
     WorkerFacts,
 )
+from daemon.common.shares import NotAnswering, Shares
 from daemon.config.settings import Config
 from daemon.jobs.states import JobState
 from daemon.jobs.store import Store, StoreBusy
@@ -51,6 +52,9 @@ AVERAGE_PAGES = 200
 RECENT_FAILURES = 5
 RECENT_DONE = 15
 NEXT_QUEUED = 10
+# How long a request waits for a folder's free space through its share's lane: the page
+# and /healthz must answer within a couple of seconds even while a share hangs.
+SHARE_PATIENCE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -500,15 +504,31 @@ def read_queue(store: Store, now: float) -> Queue:
     )
 
 
-def disk_free(name: str, folder: Path, hung: frozenset[str] = frozenset()) -> DiskFree:
+def disk_free(
+    name: str,
+    folder: Path,
+    hung: frozenset[str] = frozenset(),
+    shares: Shares | None = None,
+) -> DiskFree:
     """`hung`: folders whose share does not answer (the running daemon's facts): asking
-    the file system would hang this request too, so their free space is unknown."""
+    the file system would hang this request too, so their free space is unknown.
+    `shares`: the running daemon's lanes; the question then goes through the folder's
+    lane with a short patience, so a share that hangs before the daemon has marked it
+    (or while a look into it is outstanding) costs this request a second, not a deadline.
+    """
     if str(folder) in hung:
         return DiskFree(name, str(folder), None)
     try:
         # shutil.disk_usage().free is f_bavail: what an unprivileged user can still
         # write, not counting the blocks reserved for root.
-        return DiskFree(name, str(folder), int(shutil.disk_usage(folder).free))
+        if shares is None:
+            return DiskFree(name, str(folder), int(shutil.disk_usage(folder).free))
+        usage = shares.call(
+            folder, lambda: shutil.disk_usage(folder), patience=SHARE_PATIENCE_SECONDS
+        )
+        return DiskFree(name, str(folder), int(usage.free))
+    except NotAnswering:
+        return DiskFree(name, str(folder), None)  # as for a share known to hang
     except OSError as exc:
         return DiskFree(name, str(folder), None, f"{folder}: {exc.strerror or exc}")
 
@@ -520,10 +540,12 @@ def collect(
     store: Store | None = None,
     live: LiveFn | None = None,
     monotonic: float | None = None,
+    shares: Shares | None = None,
 ) -> Status:
     """One Status. `store`: an open Store to read (else a read-only one is opened and
     closed here). `live`: the running daemon's own facts (in-process only), with
-    `monotonic` the caller's monotonic clock to age them."""
+    `monotonic` the caller's monotonic clock to age them; `shares`: its share lanes, for
+    the folders' free space (see `disk_free`)."""
     recorded_live: Live | None = None
     queue: Queue | None = None
     store_error: str | None = None
@@ -571,9 +593,6 @@ def collect(
         else:
             if current.taken_at is not None and monotonic is not None:
                 loop_age = max(0.0, monotonic - current.taken_at)
-    hung = frozenset(
-        f.path for f in (current.folders if current is not None else ()) if not f.answering
-    )
     return Status(
         now=now,
         configured_engine=cfg.engine.name,
@@ -587,5 +606,13 @@ def collect(
         loop_age=loop_age,
         queue=queue,
         store_error=store_error,
-        disks=(disk_free("outbox", cfg.outbox, hung), disk_free("state_dir", cfg.state_dir, hung)),
+        disks=_disks(cfg, current, shares),
+    )
+
+
+def _disks(cfg: Config, live: Live | None, shares: Shares | None) -> tuple[DiskFree, ...]:
+    hung = frozenset(f.path for f in (live.folders if live is not None else ()) if not f.answering)
+    return (
+        disk_free("outbox", cfg.outbox, hung, shares),
+        disk_free("state_dir", cfg.state_dir, hung, shares),
     )
