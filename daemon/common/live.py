@@ -157,6 +157,9 @@ class Phase(str, enum.Enum):
     BUSY = "busy"
     STOPPING = "stopping"  # asked to exit; waiting for it
     FATAL = "fatal"  # the engine cannot run here and there is no fallback
+    # No worker on purpose: idle for worker.idle_unload_seconds, its memory given back; the
+    # next document starts one. Healthy. The value is what every surface shows as is.
+    UNLOADED = "unloaded (idle)"
 
 
 @dataclass(frozen=True)

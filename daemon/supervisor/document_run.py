@@ -94,6 +94,11 @@ class DocumentRun:
                  job.attempts)
         return cls(job=job, started=now, options=page_options(cfg, job), records=records)
 
+    @staticmethod
+    def queued(records: Records) -> bool:
+        """Whether a job may start now (what `take_next` would take), without taking it."""
+        return records.store.next_job(records.wall()) is not None
+
     # -- pages ------------------------------------------------------------------------
 
     def inspect(self) -> Inspect:
