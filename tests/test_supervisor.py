@@ -784,3 +784,21 @@ def test_held_documents_do_not_wake_an_unloaded_worker(tmp_path: Path) -> None:
     assert len(bench.ctx.workers) == 1
     bench.sup.take_new_documents()
     bench.step_until(lambda: bench.job(a).state == JobState.DONE)
+
+
+def test_the_document_in_progress_has_an_eta_from_its_pages_so_far(tmp_path: Path) -> None:
+    bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage))
+    a = bench.queue("a.pdf", pages=4)
+    bench.step_until(bench.held)
+    current = bench.sup.snapshot().current
+    assert current is not None and current.eta_seconds is None  # no page done yet
+    for left in (3, 2):
+        bench.clock.now += 100  # a page takes 100 s
+        bench.worker.answer(bench.worker.take())
+        bench.step_until(bench.held)
+        current = bench.sup.snapshot().current
+        assert current is not None and current.eta_seconds == pytest.approx(100 * left)
+    assert CurrentDoc.from_json(current.to_json()) == current  # as `docinbox status` reads it
+    bench.hold = lambda msg: False
+    bench.worker.answer(bench.worker.take())
+    bench.step_until(lambda: bench.job(a).state == JobState.DONE)

@@ -297,7 +297,7 @@ class Supervisor:
                 run.inspected(page_count)
                 self._next_page(now)
             case PageDone():
-                run.save_page(msg, worker.engine)
+                run.save_page(now, msg, worker.engine)
                 if run.pending and not self.stopping and worker.over_memory():
                     # Recycle at a page boundary: the document resumes on the fresh worker.
                     # Only after a page, so a worker that is big from the start advances.
