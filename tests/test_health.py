@@ -288,6 +288,31 @@ def test_worker_down_is_degraded_at_first_and_failing_after_the_grace(
     assert (code, json.loads(body)["status"]) == (503, "failing")
 
 
+def test_a_worker_unloaded_while_idle_is_ok(store: Store, start: Start, cfg: Config) -> None:
+    # worker.idle_unload_seconds: no worker on purpose, for as long as nothing comes.
+    srv = start(lambda: live_ok(cfg, phase="unloaded (idle)", worker_pid=None,
+                                last_heartbeat_age=None))
+    code, body = get(srv, "/healthz")
+    h = json.loads(body)
+    assert (code, h["status"], h["worker_alive"]) == (200, "ok", False), h
+    _, metrics = get(srv, "/metrics")
+    assert 'docinbox_worker_phase{phase="unloaded (idle)"} 1.0' in metrics
+
+
+def test_the_document_eta_shows_everywhere(store: Store, start: Start, cfg: Config) -> None:
+    from daemon.cli.status_view import render_status
+    from daemon.service.status import collect
+
+    live = live_ok(cfg, phase="busy", current={"job_id": 7, "path": "/in/a.pdf", "page": 3,
+                                               "pages": 10, "eta_seconds": 840.0})
+    srv = start(lambda: live)
+    assert one(metrics(srv), "docinbox_document_eta_seconds") == 840.0
+    code, page = get(srv, "/")
+    assert code == 200 and "~14m" in page
+    st = collect(cfg, now=NOW, store=store, live=lambda: live, monotonic=MONO)
+    assert "page 3/10, about 14m left" in render_status(st)
+
+
 def test_silent_worker_is_not_alive(store: Store, start: Start, cfg: Config) -> None:
     srv = start(lambda: live_ok(cfg, phase="busy", last_heartbeat_age=200.0))
     code, body = get(srv, "/healthz")

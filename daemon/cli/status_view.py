@@ -60,6 +60,8 @@ def render_status(st: Status) -> str:
         now_line += page_step(cur.stage, cur.block)
         if cur.pages_in_flight > 1:
             now_line += f" ({cur.pages_in_flight} pages in flight)"
+        if cur.eta_seconds is not None:
+            now_line += f", about {age(cur.eta_seconds)} left"
         out.append(now_line)
     q = st.queue
     if q is None:

@@ -113,6 +113,9 @@ class CurrentDoc:
     stage: str | None
     # Pages of the document in the engine at once (engines with max_pages_in_flight > 1).
     pages_in_flight: int = 1
+    # Seconds left for the document's remaining pages, at the pace of the pages done so
+    # far in this run (None before the first page is done), as of the last page done.
+    eta_seconds: float | None = None
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -123,6 +126,7 @@ class CurrentDoc:
             "block": list(self.block) if self.block else None,
             "stage": self.stage,
             "pages_in_flight": self.pages_in_flight,
+            "eta_seconds": self.eta_seconds,
         }
 
     @classmethod
@@ -144,6 +148,7 @@ class CurrentDoc:
             block=pair,
             stage=_str(d.get("stage")),
             pages_in_flight=_int(d.get("pages_in_flight")) or 1,
+            eta_seconds=_num(d.get("eta_seconds")),
         )
 
 
@@ -157,6 +162,9 @@ class Phase(str, enum.Enum):
     BUSY = "busy"
     STOPPING = "stopping"  # asked to exit; waiting for it
     FATAL = "fatal"  # the engine cannot run here and there is no fallback
+    # No worker on purpose: idle for worker.idle_unload_seconds, its memory given back; the
+    # next document starts one. Healthy. The value is what every surface shows as is.
+    UNLOADED = "unloaded (idle)"
 
 
 @dataclass(frozen=True)

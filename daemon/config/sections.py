@@ -171,6 +171,14 @@ class WorkerConfig:
         at_least=("output_retry_seconds", "the cap must not be below the start"),
         doc="the cap of that wait",
     )
+    # Off by default: the brief is one resident model, ready at once. On a small box
+    # (4-8 GB) the ~2.8 GB a MinerU worker keeps matters more than a cold start.
+    idle_unload_seconds: float = setting(
+        default=0.0,
+        parse=p_seconds(strict=False),
+        doc="after this long with nothing to do, stop the worker to give its memory back; "
+        "the next document starts it again (0 = never)",
+    )
     # As long as a page may take (page_timeout_seconds): a MinerU page on a CPU costs
     # minutes, and killing it on every restart throws that work away.
     shutdown_timeout_seconds: float = setting(

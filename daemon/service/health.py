@@ -10,6 +10,7 @@ failing:  engine fatal (weights missing, no fallback); the worker not alive for 
           `loop_dead_seconds`; free space under `disk_failing_bytes` (100 MiB) on the
           outbox or state_dir filesystem, or one of them unreadable (NAS unmounted); the
           database unreadable; the daemon's in-memory facts raising.
+ok:       also the worker unloaded after `worker.idle_unload_seconds` (no process, on purpose).
 degraded: worker down or restarting (within the grace above); running on the fallback
           engine; free space under `disk_low_bytes` (1 GiB); main loop slow (hashing a
           big file over a slow share, database busy); an inbox whose observer died or
@@ -88,7 +89,10 @@ def assess(status: Status, thresholds: Thresholds | None = None) -> Health:
             and phase not in (Phase.DOWN.value, Phase.FATAL.value, None)
             and (hb is None or hb <= status.limits.heartbeat_timeout_seconds)
         )
-    if not worker_alive and not status.live_error and phase != Phase.FATAL.value:
+    # Unloaded after worker.idle_unload_seconds: no worker on purpose, the next document
+    # starts one. Nothing for anyone to do.
+    resting = phase == Phase.UNLOADED.value
+    if not worker_alive and not status.live_error and phase != Phase.FATAL.value and not resting:
         grace = (
             status.limits.restart_backoff_max_seconds
             + status.limits.heartbeat_timeout_seconds

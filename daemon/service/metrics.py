@@ -146,6 +146,13 @@ def metric_families(st: Status, h: Health) -> Iterable[Metric]:
         "Planned switches to the fallback engine and back since the daemon started.",
         value=float(worker.switches) if worker else 0.0,
     )
+    current = st.current
+    if current is not None and current.eta_seconds is not None:
+        yield GaugeMetricFamily(
+            "docinbox_document_eta_seconds",
+            "Seconds left for the document in progress, at the pace of its pages so far.",
+            value=current.eta_seconds,
+        )
     if h.last_heartbeat_age is not None:
         yield GaugeMetricFamily(
             "docinbox_worker_heartbeat_age_seconds",

@@ -79,6 +79,11 @@ class DocumentRun:
     stage: str | None = None  # what the engine is doing on the page: "layout", "block", ...
     pages_in_flight: int = 1  # pages of the document the worker is parsing at once
     pending: list[int] = field(default_factory=list)
+    # The pace of this run, for the document's ETA: when its first page was asked for, how
+    # many pages are done since, and the estimate as of the last one.
+    pages_from: float | None = None
+    pages_done: int = 0
+    eta_seconds: float | None = None
 
     @classmethod
     def take_next(
@@ -93,6 +98,11 @@ class DocumentRun:
         log.info("job %s: started %s (attempt %d)", job.id, safe_display(job.source_path),
                  job.attempts)
         return cls(job=job, started=now, options=page_options(cfg, job), records=records)
+
+    @staticmethod
+    def queued(records: Records) -> bool:
+        """Whether a job may start now (what `take_next` would take), without taking it."""
+        return records.store.next_job(records.wall()) is not None
 
     # -- pages ------------------------------------------------------------------------
 
@@ -121,6 +131,8 @@ class DocumentRun:
         """Ask for the next pending page, naming the `lookahead` pages that follow it."""
         self.page_idx = self.pending.pop(0)
         self.page_started = now
+        if self.pages_from is None:
+            self.pages_from = now
         self.block = None
         self.stage = None
         return ParsePage(
@@ -155,7 +167,7 @@ class DocumentRun:
             self.block = (msg.done, msg.total)
             self.stage = msg.what
 
-    def save_page(self, msg: PageDone, engine: EngineInfo | None) -> None:
+    def save_page(self, now: float, msg: PageDone, engine: EngineInfo | None) -> None:
         record = PageRecord(
             msg.page_idx,
             msg.blocks,
@@ -170,6 +182,11 @@ class DocumentRun:
             "job %s: page %d/%s in %.1f s",
             self.job.id, msg.page_idx + 1, self.page_count, msg.seconds,
         )
+        self.pages_done += 1
+        # Wall time per page, not the engine's `seconds`: pages in flight overlap, and the
+        # time between pages (rendering, recording) is part of what the user waits for.
+        pace = (now - (self.pages_from or now)) / self.pages_done
+        self.eta_seconds = pace * len(self.pending)
 
     def facts(self) -> CurrentDoc:
         return CurrentDoc(
@@ -180,6 +197,7 @@ class DocumentRun:
             block=self.block,
             stage=self.stage,
             pages_in_flight=self.pages_in_flight,
+            eta_seconds=self.eta_seconds,
         )
 
     # -- outcomes ---------------------------------------------------------------------

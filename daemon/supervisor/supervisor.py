@@ -96,7 +96,7 @@ class Supervisor:
         if worker.state is WorkerState.FATAL:
             return
         if worker.proc is None:
-            if not self.stopping and now >= worker.restart_at:
+            if not self.stopping and now >= worker.restart_at and self._worker_wanted():
                 worker.spawn(now, self.choice.name)
             return
         self._drain(now)
@@ -112,6 +112,8 @@ class Supervisor:
                 worker.ask_to_stop(now, reason="recycle")
             else:
                 self._take_next(now)
+                if worker.unload_due(now):
+                    worker.unload(now)
 
     def request_stop(self, now: float) -> None:
         """SIGTERM/SIGINT: stop taking work; the current page may finish (bounded)."""
@@ -193,6 +195,14 @@ class Supervisor:
 
     # -- the worker -------------------------------------------------------------------
 
+    def _worker_wanted(self) -> bool:
+        """Whether to start a worker now. After an idle unload only a document that may
+        start does: held documents wait in the queue anyway, and a worker started for
+        nothing would be unloaded again."""
+        if self.worker.state is not WorkerState.UNLOADED:
+            return True
+        return self.held_because is None and DocumentRun.queued(self.records)
+
     def _stop_if_between_pages(self, now: float) -> None:
         """While stopping, a worker that holds no request is told to exit, however it got
         there: a finished page, a failed, completed or vanished document, an output wait, a
@@ -272,7 +282,7 @@ class Supervisor:
                 worker.peak_rss = max(worker.peak_rss, peak)
                 return
             case Ready(engine=engine, pages_in_flight=in_flight):
-                worker.ready(engine, in_flight)
+                worker.ready(now, engine, in_flight)
                 return
             case Unavailable(message=message, hint=hint):
                 self._on_unavailable(now, message, hint)
@@ -287,7 +297,7 @@ class Supervisor:
                 run.inspected(page_count)
                 self._next_page(now)
             case PageDone():
-                run.save_page(msg, worker.engine)
+                run.save_page(now, msg, worker.engine)
                 if run.pending and not self.stopping and worker.over_memory():
                     # Recycle at a page boundary: the document resumes on the fresh worker.
                     # Only after a page, so a worker that is big from the start advances.
@@ -297,7 +307,7 @@ class Supervisor:
                 self._next_page(now)
             case DocError(kind=kind, message=message):
                 self._fail_current(kind, message)
-                worker.idle()
+                worker.idle(now)
 
     # -- documents --------------------------------------------------------------------
 
@@ -321,7 +331,7 @@ class Supervisor:
             return
         if self.stopping:
             self._interrupt_current("the daemon is stopping")
-            self.worker.idle()  # the tick stops the worker
+            self.worker.idle(now)  # the tick stops the worker
             return
         request = run.next_page(now, self._lookahead())
         self.worker.deadline = run.deadline(now, self.cfg.limits)
@@ -350,7 +360,7 @@ class Supervisor:
             worker.docs_done += 1
             worker.consecutive_failures = 0
         self.current = None
-        worker.idle()
+        worker.idle(now)
 
     def _fail_current(self, kind: str, message: str) -> None:
         run = self.current

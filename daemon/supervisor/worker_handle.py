@@ -136,6 +136,8 @@ class WorkerHandle:
         self.pages_in_flight = 1  # pages the worker's engine parses at once
         self.spawned_with: Config | None = None  # the config the worker holds a copy of
         self.fatal: Fatal | None = None
+        self.idle_since = 0.0  # when the worker last became idle (ready, or a document ended)
+        self.unloading = False  # the stop in progress is an idle unload: no worker after it
 
     @property
     def phase(self) -> Phase:
@@ -171,8 +173,9 @@ class WorkerHandle:
         self.spawned_with = self.cfg
         log.info("worker started (pid %s, engine %s)", proc.pid, engine)
 
-    def ready(self, engine: EngineInfo, pages_in_flight: int) -> None:
+    def ready(self, now: float, engine: EngineInfo, pages_in_flight: int) -> None:
         self.engine = engine
+        self.idle_since = now
         self.pages_in_flight = pages_in_flight
         if self.state is WorkerState.STARTING:  # a stop sent while it loaded still stands
             self._move(WorkerState.IDLE)
@@ -182,8 +185,19 @@ class WorkerHandle:
         self._move(WorkerState.BUSY)
         self.deadline = deadline
 
-    def idle(self) -> None:
+    def idle(self, now: float) -> None:
         self._move(WorkerState.IDLE)
+        self.idle_since = now
+
+    def unload_due(self, now: float) -> bool:
+        """Idle for `worker.idle_unload_seconds` (0: never): time to give the memory back."""
+        after = self.cfg.worker.idle_unload_seconds
+        return bool(after) and self.state is WorkerState.IDLE and now - self.idle_since >= after
+
+    def unload(self, now: float) -> None:
+        self.unloading = True
+        self.ask_to_stop(now, reason=f"idle for {self.cfg.worker.idle_unload_seconds:.0f} s; "
+                         "giving the model's memory back until the next document")
 
     def ask_to_stop(self, now: float, reason: str) -> None:
         assert self.proc is not None and self.conn is not None
@@ -216,6 +230,7 @@ class WorkerHandle:
         """The worker died or was killed for a fault: its successor is a restart, after a
         backoff that doubles with each consecutive failure."""
         self._move(WorkerState.RECOVERING)
+        self.unloading = False  # a fault, not the planned unload: the next start is a restart
         base = self.cfg.worker.restart_backoff_seconds
         delay = min(
             base * (2 ** max(0, self.consecutive_failures - 1)),
@@ -296,14 +311,14 @@ class WorkerHandle:
             code = self.reap()
             if state is WorkerState.STOPPING:
                 log.info("worker stopped")
-                self.restart_at = now
+                self._stopped(now)
                 return None
             return self._crashed(now, f"the worker {exit_reason(code)}")
         overdue = now > self.deadline
         if state is WorkerState.STOPPING and overdue:
             log.warning("worker did not stop in time; killing it")
             self.kill()
-            self.restart_at = now
+            self._stopped(now)
             return None
         if state is WorkerState.STARTING and overdue:
             self.kill()
@@ -316,6 +331,15 @@ class WorkerHandle:
             self.kill()
             return self._crashed(now, "the worker stopped sending heartbeats")
         return None
+
+    def _stopped(self, now: float) -> None:
+        """A worker asked to exit is gone: the next one starts at once, or, after an idle
+        unload, when a document is queued."""
+        self.restart_at = now
+        if self.unloading:
+            self.unloading = False
+            self._move(WorkerState.UNLOADED)
+            log.info("worker unloaded; the next document starts it again")
 
     def _crashed(self, now: float, reason: str) -> Crashed:
         self.consecutive_failures += 1

@@ -33,6 +33,7 @@
           if (bp) { bp.max = cur.block[1] || 1; bp.value = cur.block[0]; }
         }
       }
+      if (cur && cur.eta_seconds != null) { set("current.eta", "~" + age(cur.eta_seconds)); }
       if (s.worker) {
         set("worker.phase", s.worker.phase);
         if (s.worker.rss != null) { set("worker.rss", Math.round(s.worker.rss / 1048576) + " MiB"); }
@@ -43,6 +44,14 @@
     } catch (e) {
       // the daemon restarting: try again at the next tick
     }
+  }
+  // daemon/common/units.py age(), as the server renders it: 90 s -> "1m", 2 h 5 m -> "2h05m"
+  function age(seconds) {
+    const s = Math.max(0, Math.floor(seconds));
+    if (s < 90) { return s + "s"; }
+    if (s < 5400) { return Math.floor(s / 60) + "m"; }
+    if (s < 172800) { return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m"; }
+    return Math.floor(s / 86400) + "d";
   }
   setInterval(refresh, EVERY_MS);
 })();

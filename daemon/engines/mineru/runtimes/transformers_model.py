@@ -229,6 +229,26 @@ def native_bf16(
     return bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
+def vector_int8(
+    flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
+) -> bool:
+    """Whether torch's weight-only int8 kernel (`_weight_int8pack_mm`) is vectorised here.
+
+    On x86 it is from AVX2 on. Below that (the SSE4.2-only class: Celeron J4125/N5105, or
+    ATEN_CPU_CAPABILITY=default, which /proc/cpuinfo does not show) it runs scalar code:
+    one decode step of MinerU's decoder (24 layers, one row, one thread, torch 2.13,
+    capped to SSE4.2 on an EPYC) took 872 ms in int8 with bf16 activations, 657 ms with
+    fp32 ones, and 268 ms as a dense fp32 GEMM; at 4 rows 2,954 ms against 351 ms. Other
+    architectures (arm64) and unknown CPUs are not judged here: they keep int8.
+    """
+    flags = cpu_flags() if flags is None else flags
+    env = os.environ if env is None else env
+    if env.get("ATEN_CPU_CAPABILITY", "").lower() == "default":
+        return False
+    x86 = bool({"sse2", "sse4_2"} & flags)
+    return not x86 or "avx2" in flags
+
+
 def auto_precision(
     flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
 ) -> str:
@@ -244,8 +264,15 @@ def auto_precision(
     AVX512_BF16 without AMX (AMD Zen 4) stays `bf16-int8` though the fp32 tower measured
     faster on an Intel CPU capped to that instruction set (75 s against 90 s on the realistic
     page): torch's fp32 GEMMs are MKL's, whose code path on AMD CPUs is not the one measured.
+
+    Without a vectorised int8 kernel (the SSE4.2-only class, see `vector_int8`) it is
+    `fp32`: no bf16 anywhere (it would be emulated) and a dense fp32 decoder, 3x faster per
+    decode step than the scalar int8 kernel there, at ~1.5 GB more memory than `int8` (set
+    `precision: int8` on a box short of memory and long on patience).
     """
-    return "bf16-int8" if native_bf16(flags, env) else "int8"
+    if native_bf16(flags, env):
+        return "bf16-int8"
+    return "int8" if vector_int8(flags, env) else "fp32"
 
 
 def load_processor(folder: Path) -> Qwen2VLProcessor:
