@@ -19,7 +19,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from daemon.config.settings import Config, EngineConfig
-from daemon.document.page import PageInput, PageOptions, PageResult, no_progress
+from daemon.document.page import PageInput, PageOptions, PageResult, PageText, no_progress
 from daemon.document.protocol import ParsePage
 from daemon.engines.mineru.engine import MinerUEngine, ModelFreeClient, run_page
 from daemon.engines.mineru.runtimes.base import (
@@ -388,6 +388,103 @@ def test_a_render_that_fails_does_not_keep_the_others_waiting(reader: MinerUEngi
     page = PageInput(Image.new("RGB", (300, 400), "white"), 0, 1, 72)
     result = reader.parse_page(page, PageOptions(max_new_tokens_layout=4), no_progress)
     assert count(result, "layout_decode_tokens") <= 4
+
+
+# ---------------------------------------------------------------- engine.decode: loop | generate
+
+
+@pytest.fixture(scope="module")
+def generating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinerUEngine]:
+    """`reader`'s model and settings with engine.decode: generate (transformers' own)."""
+    folder = tiny_model_once(tmp_path_factory.mktemp("tiny-mineru-reader"))
+    config = EngineConfig(
+        model=str(folder), precision="fp32", page_batch=4, batch_size=4, decode="generate"
+    )
+    engine = MinerUEngine(config)
+    engine.load()
+    make_random_reader(engine)  # the same seed: the same weights as `reader`'s
+    yield engine
+    engine.close()
+
+
+def scan_page(i: int, text_layer: PageText | None = None) -> PageInput:
+    image = Image.new("RGB", (425, 550), "white")
+    draw = ImageDraw.Draw(image)
+    draw.text((30, 30), f"Page {i + 1} " + "word " * (3 + 5 * i), fill="black")
+    draw.rectangle((20, 100 + 40 * i, 400, 140 + 60 * i), fill=(i * 30 % 255, 0, 0))
+    return PageInput(image, i, 3, 50, text_layer=text_layer)
+
+
+def test_decode_loop_and_generate_give_the_same_pages(
+    reader: MinerUEngine, generating: MinerUEngine
+) -> None:
+    """engine.decode switches the way rows are decoded, never what a page says."""
+    assert local(reader).generator.loop is not None  # the default
+    assert local(generating).generator.loop is None
+    blocks = 0
+    for i in range(3):
+        looped = reader.parse_page(scan_page(i), DOC_OPTIONS, no_progress)
+        generated = generating.parse_page(scan_page(i), DOC_OPTIONS, no_progress)
+        assert looped.blocks == generated.blocks
+        assert looped.model_output == generated.model_output
+        assert count(looped, "decode_tokens") == count(generated, "decode_tokens")
+        # Every row took at least its prefill in the loop; generate() reports no passes.
+        assert count(looped, "decode_passes") >= 1 + count(looped, "model_blocks")
+        assert count(generated, "decode_passes") == 0
+        blocks += count(looped, "model_blocks")
+    assert blocks > 3  # the block step ran, several rows at once
+
+
+def test_a_text_layer_draft_is_proposed_and_changes_nothing(
+    reader: MinerUEngine, generating: MinerUEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan with an invisible OCR layer: not trusted to fill the text blocks (they go to
+    the model), but offered to the decode loop as their drafts."""
+    from mineru_vl_utils.structs import ContentBlock
+
+    from daemon.document.page import TextLine
+
+    def layout(_output: str) -> list[Any]:  # a text, a table, a title: whatever was written
+        return [
+            ContentBlock("text", [0.05, 0.05, 0.95, 0.3], angle=0),
+            ContentBlock("table", [0.05, 0.35, 0.95, 0.6], angle=0),
+            ContentBlock("title", [0.05, 0.65, 0.95, 0.75], angle=0),
+        ]
+
+    lines = (
+        TextLine("Page 1 word word word", (0.06, 0.06, 0.9, 0.12), invisible=True),
+        TextLine("a second line of the text", (0.06, 0.14, 0.9, 0.2), invisible=True),
+        TextLine("cell cell cell", (0.06, 0.4, 0.9, 0.45), invisible=True),
+        TextLine("A Title", (0.06, 0.66, 0.5, 0.72), invisible=True),
+    )
+    drafts: list[str | None] = []
+    generator = local(reader).generator
+    original = generator.generate
+
+    def generate(rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        drafts.extend(r.draft_text for r in rows)
+        return original(rows, on_done)
+
+    monkeypatch.setattr(generator, "generate", generate)
+    options = PageOptions(text_layer="auto", max_new_tokens_layout=8, max_new_tokens_block=24)
+    results = []
+    for engine in (reader, generating):
+        monkeypatch.setattr(local(engine).client.helper, "parse_layout_output", layout)
+        page = scan_page(0, PageText(lines))
+        results.append(engine.parse_page(page, options, no_progress))
+    looped, generated = results
+    assert looped.info["text_layer"] == "untrustworthy"
+    assert count(looped, "model_blocks") == 3
+    assert looped.blocks == generated.blocks
+    assert looped.model_output == generated.model_output
+    # The text and the title drafted from the layer; the table (and the layout step) from
+    # their own output.
+    assert sorted(d for d in drafts if d) == [
+        "A Title", "Page 1 word word word a second line of the text"
+    ]
+    assert drafts.count(None) == 2
+    assert count(looped, "draft_proposed") > 0
+    assert count(generated, "draft_proposed") == 0
 
 
 def run_scan(root: Path, model: Path, page_batch: int, *, kill: bool) -> dict[str, bytes]:

@@ -83,6 +83,8 @@ def _redact_options(options: object) -> object:
 
 
 RuntimeKind = Literal["transformers", "http", "llama-cpp"]
+# How the transformers runtime decodes MinerU's greedy steps (engine.decode).
+DecodeKind = Literal["loop", "generate"]
 
 
 def _p_server_url(ctx: Ctx, key: str, value: object) -> object:
@@ -263,6 +265,15 @@ class EngineConfig:
         parse=p_int(1, 16, "pages whose model steps share generate() calls"),
         doc="mineru: pages of a document worked on together (layout steps batched, block "
         "batches filled across pages; llama-cpp shares its slots); 1 = page by page",
+    )
+    # loop: rows leave a batch as they finish and waiting ones join, and drafts (the PDF
+    # text layer, prompt lookup) the model only confirms; the same greedy tokens as
+    # generate() (tests/test_decode_loop.py). generate: transformers' own, to compare.
+    decode: DecodeKind = setting(
+        default="loop",
+        choices=get_args(DecodeKind),
+        doc="mineru, transformers: `loop` (our decode loop: continuous batching, drafted "
+        "decoding, same output) or `generate` (transformers' generate())",
     )
     text_layer: TextLayer = setting(
         default=_PAGE.text_layer,

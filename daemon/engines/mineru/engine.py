@@ -114,7 +114,19 @@ class PageStats:
     text_layer_blocks: int = 0
     model_blocks: int = 0
     text_layer: str = "off"  # off | no_pdf | used | untrustworthy | error
+    # The transformers runtime's decode loop: forward passes of the page's rows (prefills
+    # included) and draft tokens scored / confirmed by the model (0 for other runtimes).
+    decode_passes: int = 0
+    draft_proposed: int = 0
+    draft_accepted: int = 0
     extra: dict[str, Json] = field(default_factory=dict)
+
+    def count(self, prediction: Prediction) -> None:
+        """One row's tokens and how the decode loop got them."""
+        self.decode_tokens += prediction.tokens
+        self.decode_passes += prediction.passes
+        self.draft_proposed += prediction.drafted
+        self.draft_accepted += prediction.accepted
 
     def as_info(self) -> dict[str, Json]:
         info: dict[str, Json] = dataclasses.asdict(self)
@@ -280,7 +292,7 @@ def layout_step(run: PageRun) -> Layout:
     blocks = client.helper.parse_layout_output(out.text)
     stats.layout_seconds = time.monotonic() - t0
     stats.layout_decode_tokens = out.tokens
-    stats.decode_tokens += out.tokens
+    stats.count(out)
     stats.layout_truncated = out.tokens >= cap
     stats.extra["layout_blocks"] = len(blocks)
     run.progress(1, 1, "layout")
@@ -325,7 +337,7 @@ def block_step(
     alive = {id(b) for b in blocks}
     filled = {key: text for key, text in filled.items() if key in alive}
     jobs = [
-        (GenRequest(image, prompt, param, cap), idx)
+        (GenRequest(image, prompt, param, cap, draft_text(run.page, blocks[idx])), idx)
         for image, prompt, param, idx in zip(images, prompts, params, indices, strict=True)
         if id(blocks[idx]) not in filled
     ]
@@ -346,12 +358,33 @@ def block_step(
         block.content = result.text
         answers.append({"index": layout.index[id(block)], "type": block.type,
                         "prompt": request.prompt, "raw_output": result.text})
-        stats.decode_tokens += result.tokens
+        stats.count(result)
         stats.truncated_blocks += int(result.tokens >= cap)
     stats.recognition_seconds = time.monotonic() - t2
     stats.model_blocks = total
     stats.text_layer_blocks = len(filled)
     return answers, filled
+
+
+# Blocks whose answer is not the text inside them: a table's OTSL, a formula's LaTeX, an
+# image's description. The text layer's words would be a draft the model keeps rejecting.
+NO_DRAFT_TYPES = frozenset({TABLE, EQUATION, *NO_MARKDOWN_TYPES})
+
+
+def draft_text(page: PageInput, block: LayoutBlock) -> str | None:
+    """The page's text layer inside a block left to the model (one `text_layer_step` could
+    not fill: an untrustworthy layer, or a type it does not fill alone, such as list items
+    and code), as the text-layer fill reads it: a draft the decode loop lets the model
+    confirm (lossless: a wrong draft costs positions, never text). None: nothing to offer."""
+    layer = page.text_layer
+    if layer is None or layer.error is not None or not layer.lines:
+        return None
+    if block.type in NO_DRAFT_TYPES:
+        return None
+    from daemon.input.textlayer import text_in_bbox
+
+    x0, y0, x1, y1 = block.bbox
+    return join_text_lines(text_in_bbox(layer.lines, (x0, y0, x1, y1))) or None
 
 
 def to_blocks(

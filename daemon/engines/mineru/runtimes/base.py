@@ -88,6 +88,12 @@ class Prediction:
 
     text: str
     tokens: int  # generated tokens, EOS included: for throughput figures and truncation
+    # The transformers runtime's decode loop (engine.decode: loop): forward passes the row
+    # took (its prefill included), draft tokens scored and confirmed. 0 elsewhere. Not
+    # compared: two predictions are equal when they say the same, however they were decoded.
+    passes: int = field(default=0, compare=False)
+    drafted: int = field(default=0, compare=False)
+    accepted: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,9 @@ class GenRequest:
     prompt: str
     params: SamplingParams | None  # None: MinerU's defaults
     max_new_tokens: int
+    # What another reader already has for this block (the PDF text layer inside its box):
+    # a draft the decode loop lets the model confirm. Never trusted; None: no such text.
+    draft_text: str | None = None
 
     def capped_params(self) -> SamplingParams:
         """`params` with our cap set: what a backend is handed (see `capped`)."""

@@ -44,7 +44,7 @@ import copy
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import Protocol, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +56,13 @@ from transformers import (
 )
 from transformers.cache_utils import DynamicLayer
 
-from daemon.engines.mineru.runtimes.base import GenRequest, Prediction, RowDone, capped
+from daemon.engines.mineru.runtimes.base import (
+    GenRequest,
+    Prediction,
+    RowDone,
+    SamplingParams,
+    capped,
+)
 from daemon.engines.mineru.runtimes.drafts import AdaptiveK, DraftSource
 
 # Holes (rejected draft positions) inside the cache are compacted away once they are more
@@ -187,6 +193,14 @@ class DecodeBatch:
         self.cache: DynamicCache | None = None
         self.mask: torch.Tensor | None = None  # [rows, cache columns], 1 = attend
         self.passes = 0  # forward passes of this batch (prefills included)
+
+    def fits(self, request: DecodeRequest, max_tokens: int) -> bool:
+        """Whether `request` may join without the cache passing `max_tokens` columns x rows
+        (0: no bound): a joining prompt longer than the batch's columns left-pads them all."""
+        if not max_tokens or not self.rows or self.mask is None:
+            return True
+        length = int(request.inputs["input_ids"].shape[1])
+        return (len(self.rows) + 1) * max(self.mask.shape[1], length) <= max_tokens
 
     def done(self, row: _Row) -> bool:
         return row.generated[-1] in self.eos_ids or len(row.generated) >= row.request.max_new_tokens
@@ -367,20 +381,30 @@ def decode(
     requests: Sequence[DecodeRequest],
     max_rows: int,
     on_done: RowFinished,
+    max_tokens: int = 0,
 ) -> list[DecodeResult]:
     """Every request through `batch`, at most `max_rows` active at once, in request order:
-    a row joins as soon as another leaves. `on_done` hears each row when it finishes."""
-    waiting = deque(enumerate(requests))
+    a row joins as soon as another leaves (and, with `max_tokens`, as soon as the cache has
+    room for its prompt: `DecodeBatch.fits`). `on_done` hears each row when it finishes."""
+    # Indices, not requests: a request is read only when its row is next to join, so a lazy
+    # sequence (LoopGenerator's) holds a few blocks' pixel values, not the whole step's.
+    waiting = deque(range(len(requests)))
     results: dict[int, DecodeResult] = {}
+    head: tuple[int, DecodeRequest] | None = None  # the next to join, already built
 
     def finish(result: DecodeResult) -> None:
         results[result.index] = result
         on_done(result)
 
-    while waiting or batch.rows:
-        while waiting and len(batch.rows) < max(1, max_rows):
-            index, request = waiting.popleft()
-            joined = batch.join(index, request)
+    while waiting or head is not None or batch.rows:
+        while (waiting or head is not None) and len(batch.rows) < max(1, max_rows):
+            if head is None:
+                index = waiting.popleft()
+                head = (index, requests[index])
+            if not batch.fits(head[1], max_tokens):
+                break  # it joins when rows have left
+            joined = batch.join(*head)
+            head = None
             if joined is not None:
                 finish(joined)
         for result in batch.step():
@@ -396,7 +420,7 @@ class MinerUClient(Protocol):
 
     def build_messages(self, prompt: str) -> object: ...
 
-    def build_generate_kwargs(self, sampling_params: object) -> Mapping[str, object]: ...
+    def build_generate_kwargs(self, sampling_params: SamplingParams) -> Mapping[str, object]: ...
 
 
 class LoopGenerator:
@@ -404,8 +428,10 @@ class LoopGenerator:
 
     Rows of one set of sampling params, results in request order, `on_done(i)` as row i
     finishes; at most `max_rows` decode together and a waiting row takes a finished row's
-    place at once. `draft_for` gives each row its draft source (none by default). `totals`
-    adds up every row's `RowStats`, for the engine to report."""
+    place at once. `draft_for` gives each row its draft source (none by default), `k_policy`
+    each row's draft length policy, `max_positions` bounds rows x (1 + K) per pass (see
+    `DecodeBatch`), `max_tokens` rows x cache columns (`decode`). `totals` adds up every
+    row's `RowStats`, for the engine to report; each Prediction carries its own row's."""
 
     def __init__(
         self,
@@ -415,6 +441,9 @@ class LoopGenerator:
         eos_ids: set[int],
         max_rows: int,
         draft_for: Callable[[GenRequest], DraftSource | None] = lambda _row: None,
+        k_policy: Callable[[], AdaptiveK] = AdaptiveK,
+        max_positions: int = 0,
+        max_tokens: int = 0,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -422,28 +451,60 @@ class LoopGenerator:
         self.eos_ids = set(eos_ids)
         self.max_rows = max(1, max_rows)
         self.draft_for = draft_for
+        self.k_policy = k_policy
+        self.max_positions = max_positions
+        self.max_tokens = max_tokens
         self.totals = RowStats()
 
-    def generate(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
-        if not rows:
-            return []
+    def processors(self, rows: Sequence[GenRequest]) -> LogitsProcessorList | None:
+        """The greedy processors for `rows`' sampling params; None when the loop refuses
+        them (sampling, beams): the caller keeps generate() for those."""
         cap = max(row.max_new_tokens for row in rows)
         kwargs = self.client.build_generate_kwargs(capped(rows[0].params, cap))
-        batch = DecodeBatch(self.model, greedy_processors(self.model, kwargs), self.eos_ids)
-        requests = [
-            DecodeRequest(self.inputs(row), row.max_new_tokens, self.draft_for(row)) for row in rows
-        ]
-        results = decode(batch, requests, self.max_rows, lambda result: on_done(result.index))
+        try:
+            return greedy_processors(self.model, kwargs)
+        except ValueError:
+            return None
+
+    def generate(
+        self,
+        rows: Sequence[GenRequest],
+        on_done: RowDone,
+        processors: LogitsProcessorList | None = None,
+    ) -> list[Prediction]:
+        if not rows:
+            return []
+        if processors is None:
+            processors = self.processors(rows)
+        if processors is None:
+            raise ValueError("the decode loop verifies greedy decoding only")
+        batch = DecodeBatch(self.model, processors, self.eos_ids, self.k_policy, self.max_positions)
+        requests = _LazyRequests(self, rows)
+        results = decode(
+            batch, requests, self.max_rows, lambda r: on_done(r.index), self.max_tokens
+        )
         skip = self.client.skip_token_ids
         predictions = []
         for result in results:
-            self.totals.add(result.stats)
+            stats = result.stats
+            self.totals.add(stats)
             kept = [t for t in result.tokens if t not in skip]
             text = self.processor.batch_decode(  # type: ignore[no-untyped-call]
                 [kept], skip_special_tokens=False, clean_up_tokenization_spaces=False
             )[0]
-            predictions.append(Prediction(text=text, tokens=len(result.tokens)))
+            predictions.append(
+                Prediction(text, len(result.tokens), stats.passes, stats.proposed, stats.accepted)
+            )
         return predictions
+
+    def greedy(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction] | None:
+        """`generate` for rows of greedy params; None, having run nothing, for the params
+        the loop refuses (sampling, beams)."""
+        processors = self.processors(rows) if rows else None
+        return None if processors is None else self.generate(rows, on_done, processors)
+
+    def request(self, row: GenRequest) -> DecodeRequest:
+        return DecodeRequest(self.inputs(row), row.max_new_tokens, self.draft_for(row))
 
     def inputs(self, row: GenRequest) -> dict[str, torch.Tensor]:
         """One row's prompt as MinerU's client builds it, alone (no padding); floating inputs
@@ -460,3 +521,23 @@ class LoopGenerator:
             key: value.to(self.model.dtype) if value.is_floating_point() else value
             for key, value in inputs.items()
         }
+
+
+class _LazyRequests(Sequence[DecodeRequest]):
+    """A step's rows as DecodeRequests built when `decode` reads them (when a row joins)."""
+
+    def __init__(self, generator: LoopGenerator, rows: Sequence[GenRequest]) -> None:
+        self.generator = generator
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @overload
+    def __getitem__(self, index: int) -> DecodeRequest: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[DecodeRequest]: ...
+    def __getitem__(self, index: int | slice) -> DecodeRequest | Sequence[DecodeRequest]:
+        if isinstance(index, slice):
+            return [self.generator.request(row) for row in self.rows[index]]
+        return self.generator.request(self.rows[index])

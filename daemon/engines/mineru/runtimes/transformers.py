@@ -2,19 +2,23 @@
 
 Loading and precision are `transformers_model.py`'s; several prompts in one generate(),
 and the rows of every page in the engine sharing those calls, are
-`transformers_generate.py`'s (`BatchedGenerator`, `PageBatcher`). This module puts them
-behind the `Runtime` interface, so the engine drives it exactly as it drives a server.
+`transformers_generate.py`'s (`BatchedGenerator`, `PageBatcher`); with `engine.decode: loop`
+(the default) their greedy rows are decoded by the loop of our own (`decode_loop.py`), with
+the drafts and draft budget chosen here. This module puts them behind the `Runtime`
+interface, so the engine drives it exactly as it drives a server.
 torch and transformers are imported inside functions: the module itself costs nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from daemon.engines.mineru.runtimes.base import (
     ClientOptions,
+    GenRequest,
     MinerUClient,
     PageStep,
     Prediction,
@@ -25,9 +29,12 @@ from daemon.engines.mineru.runtimes.base import (
 
 if TYPE_CHECKING:
     from daemon.config.settings import EngineConfig
+    from daemon.engines.mineru.runtimes.decode_loop import LoopGenerator
+    from daemon.engines.mineru.runtimes.drafts import DraftSource
     from daemon.engines.mineru.runtimes.transformers_generate import (
         BatchedGenerator,
         PageBatcher,
+        VlmClient,
     )
     from daemon.engines.mineru.runtimes.transformers_model import LoadedModel
 
@@ -57,6 +64,11 @@ class TransformersRuntime:
         self.generator: BatchedGenerator = BatchedGenerator(
             loaded.model, loaded.processor, client.client, config.batch_size
         )
+        self.loop: LoopGenerator | None = None
+        budget = draft_budget(loaded.precision)
+        if config.decode == "loop":
+            self.loop = make_loop(loaded, client.client, self.generator, config.batch_size)
+            self.generator.loop = self.loop
         self.batcher: PageBatcher = PageBatcher(self.generator, config.page_batch)
         # engine.page_batch pages in the engine at once: their steps share batches.
         self.max_pages_in_flight = max(1, config.page_batch)
@@ -69,6 +81,10 @@ class TransformersRuntime:
                 "threads": loaded.threads,
                 "batch_size": config.batch_size,
                 "page_batch": config.page_batch,
+                "decode": config.decode,
+                # loop: a draft's ceiling and the positions a pass scores (see DraftBudget)
+                "draft_k_max": budget.k_max if self.loop else 0,
+                "draft_positions": budget.max_positions if self.loop else 0,
                 "dtype_vision": loaded.dtype_vision,
                 "dtype_decoder": loaded.dtype_decoder,
                 "requested_precision": config.precision,
@@ -98,3 +114,68 @@ class TransformersRuntime:
 
     def close(self) -> None:
         """Nothing to stop: the worker process exits or recycles soon after."""
+
+
+@dataclass(frozen=True)
+class DraftBudget:
+    """How long a row's draft may be (`AdaptiveK.k_max`) and how many positions one pass
+    scores for all rows (`DecodeBatch.max_positions`: rows x (1 + K))."""
+
+    k_max: int
+    max_positions: int
+
+
+# From what a verify pass costs on a Zen 4 CPU (docs/benchmarks.md, 2026-12-05):
+# - the weight-only int8 decoder (`int8`, `bf16-int8`: what `auto` picks) runs a kernel whose
+#   cost grows with rows x (1 + K): one row pays 1.2x a step for K = 1-2 and 1.6x for K = 4,
+#   a batch of 4 already 2x at K = 1, and from 32 positions int8_linear falls back to a dense
+#   GEMM dearer than bf16's. So K <= 4, and 12 positions a pass: K = 4 for 1-2 rows, 2 for 4
+#   rows, 1 for 6, none for 8 (where drafts would pay only above ~2.5 tokens a pass);
+# - dense decoders (fp32, bf16, mixed): one row scores up to K = 12 for about one step, 8
+#   rows x K = 8 for 1.6x: AdaptiveK's default ceiling, and 48 positions (K = 5 at 8 rows).
+INT8_DRAFTS = DraftBudget(k_max=4, max_positions=12)
+DENSE_DRAFTS = DraftBudget(k_max=12, max_positions=48)
+
+
+def draft_budget(precision: str) -> DraftBudget:
+    """The budget for the loaded decoder's effective precision (LoadedModel.precision)."""
+    return INT8_DRAFTS if "int8" in precision else DENSE_DRAFTS
+
+
+def make_loop(
+    loaded: LoadedModel, client: VlmClient, generator: BatchedGenerator, max_rows: int
+) -> LoopGenerator:
+    """The decode loop for the loaded model, MinerU's client, drafts as `draft_for` says."""
+    from daemon.engines.mineru.runtimes.decode_loop import LoopGenerator
+    from daemon.engines.mineru.runtimes.drafts import AdaptiveK
+    from daemon.engines.mineru.runtimes.transformers_generate import MAX_BATCH_PROMPT_TOKENS
+
+    budget = draft_budget(loaded.precision)
+    tokenizer = loaded.processor.tokenizer
+
+    def encode(text: str) -> list[int]:
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    return LoopGenerator(
+        loaded.model,
+        loaded.processor,
+        client,
+        generator.eos_ids,
+        max_rows,
+        lambda row: draft_for(row, encode),
+        lambda: AdaptiveK(k_max=budget.k_max, k=min(4, budget.k_max)),
+        budget.max_positions,
+        # As generate()'s batches are bounded (rows x longest prompt): the cache's columns.
+        MAX_BATCH_PROMPT_TOKENS,
+    )
+
+
+def draft_for(row: GenRequest, encode: Callable[[str], list[int]]) -> DraftSource:
+    """A block the PDF text layer has text for follows that text (the engine puts it in
+    `draft_text`); everything else (the layout step, tables, formulas, scans) drafts from
+    its own output so far: coordinates, tags and LaTeX repeat."""
+    from daemon.engines.mineru.runtimes.drafts import ExternalDraft, PromptLookup
+
+    if row.draft_text:
+        return ExternalDraft.from_text(row.draft_text, encode)
+    return PromptLookup()

@@ -25,6 +25,11 @@ the layout steps of several pages as rows of one batch and block batches filled 
 page whose layout is done. Which rows share a call changes nothing in any row's tokens (the
 rules above), so pages come out as they do one at a time.
 
+With `engine.decode: loop` (the default) a batch's greedy rows go through the decode loop of
+our own (`decode_loop.LoopGenerator`, set as `BatchedGenerator.loop`) instead of generate():
+the same tokens (its tests compare them with generate()'s), but a finished row leaves at once
+and a waiting one takes its place, so a block call there holds every waiting block row.
+
 Nothing here imports torch at module level: the daemon process imports the engine package.
 """
 
@@ -73,6 +78,13 @@ class VlmClient(Protocol):
     def build_messages(self, prompt: str) -> list[dict[str, object]]: ...
 
     def build_generate_kwargs(self, sampling_params: SamplingParams) -> dict[str, object]: ...
+
+
+class GreedyLoop(Protocol):
+    """The decode loop of our own (`decode_loop.LoopGenerator`), as a batch hands it rows:
+    it decodes greedy rows, or answers None (having run nothing) for other params."""
+
+    def greedy(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction] | None: ...
 
 
 # The key one generate() call's rows share: the generate kwargs, sorted.
@@ -185,6 +197,9 @@ class BatchedGenerator:
             eos = processor.tokenizer.eos_token_id
         self.eos_ids: set[int] = set(eos) if isinstance(eos, (list, tuple)) else {int(eos)}
         self.max_pixels = int(getattr(processor.image_processor, "max_pixels", 0) or 1_003_520)
+        # engine.decode: loop: greedy rows go through the decode loop (rows leave as they
+        # finish, waiting rows join, drafts confirmed); None: generate() for every row.
+        self.loop: GreedyLoop | None = None
 
     def predict_many(self, requests: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
         """All requests, batched by size and sampling params; results in request order."""
@@ -221,7 +236,16 @@ class BatchedGenerator:
         return tuple(sorted(kwargs.items()))
 
     def generate(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
-        """One generate() call for `rows` (same sampling params)."""
+        """`rows` (same sampling params) through the decode loop when there is one and it
+        takes their params, else one generate() call."""
+        if self.loop is not None:
+            predictions = self.loop.greedy(rows, on_done)
+            if predictions is not None:
+                return predictions
+        return self.generate_padded(rows, on_done)
+
+    def generate_padded(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
+        """One generate() call for `rows` (same sampling params), left-padded."""
         from transformers import StoppingCriteriaList
 
         client = self.client
@@ -417,6 +441,9 @@ class PageBatcher:
             groups.setdefault(key, []).append(row)
         candidates: list[list[_Row]] = []
         for (kind, _kwargs), rows in groups.items():
+            if kind != LAYOUT and self.generator.loop is not None:
+                candidates.append(self._loop_batch(rows))
+                continue
             cap = self.page_batch if kind == LAYOUT else self.generator.batch_size
             for planned in plan_batches([r.tokens for r in rows], cap):
                 candidates.append([rows[i] for i in planned])
@@ -424,6 +451,18 @@ class PageBatcher:
         taken = {id(r) for r in batch}
         state.pending[:] = [r for r in state.pending if id(r) not in taken]
         return batch
+
+    def _loop_batch(self, rows: list[_Row]) -> list[_Row]:
+        """A block call of the decode loop: every row of the lowest page's step, and other
+        pages' rows while the call has fewer than batch_size. The loop keeps batch_size rows
+        active and lets the next one join as a row finishes (its own prompt-size bound:
+        LoopGenerator's max_tokens), so the page's whole block step is one call; it ends
+        with the page's last row, not with the rows of every page waiting (the page is
+        committed first, as with generate()'s batches)."""
+        ordered = sorted(rows, key=lambda r: (r.step.page, r.seq))
+        own = [r for r in ordered if r.step is ordered[0].step]
+        others = [r for r in ordered if r.step is not ordered[0].step]
+        return own + others[: max(0, self.generator.batch_size - len(own))]
 
     def _execute(self, batch: list[_Row]) -> None:
         def done(i: int) -> None:
