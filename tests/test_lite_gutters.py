@@ -138,3 +138,24 @@ def test_columns_one_percent_apart_are_read_one_after_the_other(engine: LiteEngi
     assert -1 not in found and found == sorted(found), list(zip(openings, found, strict=True))
     # No line of column 2 follows a line of column 1 on one line of output.
     assert "political wholesome" not in text
+
+
+def test_one_box_across_the_gutter_does_not_undo_the_columns() -> None:
+    """Two columns of ten lines; one box joins the last words of a left line with the
+    first words of the right one level with it. The columns are still read one after the
+    other (before, that box left no gutter and the page was read row by row)."""
+    from daemon.engines.lite.reading_order import read_page
+
+    boxes: dict[str, tuple[float, float, float, float]] = {}
+    for k in range(10):
+        y = 0.1 + k * 0.03
+        boxes[f"L{k}"] = (0.1, y, 0.48, y + 0.02)
+        boxes[f"R{k}"] = (0.52, y, 0.9, y + 0.02)
+    # Line 4 of the left column read together with the first words of the right one.
+    boxes["L4"] = (0.1, 0.22, 0.3, 0.24)
+    boxes["B4"] = (0.32, 0.22, 0.6, 0.24)
+    boxes["R4"] = (0.62, 0.22, 0.9, 0.24)
+    reading = read_page(list(boxes), boxes.__getitem__)
+    left = [f"L{k}" for k in range(5)] + ["B4"] + [f"L{k}" for k in range(5, 10)]
+    assert reading.order == left + [f"R{k}" for k in range(10)]
+    assert reading.columns == 2
