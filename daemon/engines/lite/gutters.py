@@ -55,12 +55,6 @@ class Part:
     x1: int
 
 
-@dataclass(frozen=True)
-class _Profile:
-    x0: int  # page pixel of ink[0]
-    ink: np.ndarray  # dark pixels per pixel column of the line's core
-
-
 def split_at_gutters(lines: Sequence[Line], gray: np.ndarray) -> dict[int, list[Part]]:
     """For each line that bridges a gutter (by index), its parts left to right.
 
@@ -90,6 +84,12 @@ def _pixels(line: Line, width: int, height: int) -> tuple[int, int, int, int]:
         int(np.ceil(x1 * width)),
         int(np.ceil(y1 * height)),
     )
+
+
+@dataclass(frozen=True)
+class _Profile:
+    x0: int  # page pixel of ink[0]
+    ink: np.ndarray  # dark pixels per pixel column of the line's core
 
 
 def _profile(gray: np.ndarray, box: tuple[int, int, int, int]) -> _Profile | None:
