@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from daemon.common.errors import EngineUnavailable
+from daemon.engines.lite.gutters import split_at_gutters, trim_to_ink
 from daemon.engines.lite.lines import Line
 
 # RapidOCR shrinks larger images before detection. 2000 (its default) loses small print on
@@ -116,18 +117,57 @@ class OcrReader:
                     confidence=float(score),
                 )
             )
-        return lines
+        return self._split_bridges(lines, bgr)
+
+    def _split_bridges(self, lines: list[Line], bgr: np.ndarray) -> list[Line]:
+        """`lines` with each box that bridges a gutter cut into its columns' lines, each
+        part read again from its own crop, and every box's sides moved onto its ink
+        (`gutters`).
+
+        RapidOCR can give word boxes (`return_word_box`), but it computes them for every
+        line of every page, and at a narrow gutter the recogniser's character positions
+        are a guess; recognising the two crops costs only on the rare bridged line and
+        reads each column's text exactly as any other line.
+        """
+        gray = bgr.mean(axis=2)
+        splits = split_at_gutters(lines, gray)
+        if not splits:
+            return trim_to_ink(lines, gray)
+        height, width = gray.shape
+        crops: list[np.ndarray] = []
+        boxes: list[tuple[int, tuple[float, float, float, float]]] = []
+        for i, parts in splits.items():
+            y0, y1 = lines[i].bbox[1], lines[i].bbox[3]
+            top, bottom = int(y0 * height), int(np.ceil(y1 * height))
+            for part in parts:
+                crops.append(np.ascontiguousarray(bgr[top:bottom, part.x0 : part.x1]))
+                boxes.append((i, (part.x0 / width, y0, part.x1 / width, y1)))
+        texts, scores = self._read_crops(crops)
+        pieces: dict[int, list[Line]] = {}
+        for (i, box), text, score in zip(boxes, texts, scores, strict=True):
+            if text.strip():
+                pieces.setdefault(i, []).append(
+                    Line(text=text.strip(), bbox=box, size=lines[i].size, confidence=score)
+                )
+        out: list[Line] = []
+        for i, ln in enumerate(lines):
+            out.extend(pieces.get(i, [ln]) if i in splits else [ln])
+        return trim_to_ink(out, gray)
+
+    def _read_crops(self, crops: list[np.ndarray]) -> tuple[list[str], list[float]]:
+        """The recogniser's text and confidence for BGR line images (RapidOCR's
+        recogniser on its own: a private loader, created in __init__ already)."""
+        from rapidocr.ch_ppocr_rec import TextRecInput
+
+        rec = self._ocr._load_rec_model()
+        out = rec(TextRecInput(img=crops))
+        return [str(t) for t in out.txts or ()], [float(v) for v in out.scores]
 
     def recognize(self, crops: list[np.ndarray]) -> list[float]:
         """Recogniser confidences for BGR line images (no detection, no 0/180 classifier)."""
         if not crops:
             return []
-        from rapidocr.ch_ppocr_rec import TextRecInput
-
-        # RapidOCR's recogniser on its own: a private loader, created in __init__ already.
-        rec = self._ocr._load_rec_model()
-        out = rec(TextRecInput(img=crops))
-        return [float(v) for v in out.scores]
+        return self._read_crops(crops)[1]
 
 
 def bundled_models(folder: Path) -> dict[str, Path]:

@@ -16,7 +16,9 @@ Here, at every node:
    above a headline are finished before it, those below come after). Embedded ones are
    masked: the rest is cut at the gutter into columns, each column read top to bottom
    past the picture, and each masked element goes back before the first element in
-   reading order that lies below it and overlaps it horizontally. A narrower crossing
+   reading order that lies below it and overlaps it horizontally. One or two narrower
+   crossing lines that reach into both columns' text are lines the OCR joined across
+   the gutter: each is read with the column it starts in. Any other narrower crossing
    element that is no picture (the middle column of an author block) means no gutter;
 3. otherwise a blank horizontal strip separates rows: read them top to bottom;
 4. otherwise the elements overlap in both directions: read them by rows.
@@ -58,6 +60,9 @@ _MIN_SPANNING_WIDTH = 0.5
 # A crossing element this many body lines tall, with text level with it, is a picture
 # the columns run around.
 _PICTURE_LINES = 3.0
+# At most this many narrow boxes may bridge a gutter (lines joined across it) and still
+# leave it a gutter.
+_MAX_BRIDGES = 2
 # Gutters are looked for away from the node's edges, where indents would pass for one.
 _GUTTER_ZONE = (0.2, 0.8)
 
@@ -261,8 +266,19 @@ def _split_at_gutter(idx: list[int], boxes: Sequence[Box]) -> _Gutter | None:
     ]
     embedded = _stacked_on(seeds, crossing, boxes, line)
     spanning = [i for i in crossing if i not in embedded]
-    if any(boxes[i][2] - boxes[i][0] < _MIN_SPANNING_WIDTH * span for i in spanning):
-        return None
+    narrow = [i for i in spanning if boxes[i][2] - boxes[i][0] < _MIN_SPANNING_WIDTH * span]
+    if narrow:
+        # One or two boxes that reach into the text of both columns are lines the OCR
+        # joined across the gutter, not a reason to give the gutter up: each goes to the
+        # column it starts in. Anything else narrow (an author block's middle column,
+        # clear of both sides' text) means no gutter.
+        if len(narrow) > _MAX_BRIDGES or not all(
+            _reaches_both(i, left, right, boxes, 0.02 * span) for i in narrow
+        ):
+            return None
+        spanning = [i for i in spanning if i not in narrow]
+        for i in narrow:
+            (left if (boxes[i][0] + boxes[i][2]) / 2 < gutter else right).append(i)
     if spanning:
         bands = _bands(idx, spanning, boxes)
         return _Gutter(bands, [], columns=False) if bands is not None else None
@@ -291,6 +307,17 @@ def _stacked_on(
                     grew = True
                     break
     return embedded
+
+
+def _reaches_both(
+    i: int, left: Sequence[int], right: Sequence[int], boxes: Sequence[Box], margin: float
+) -> bool:
+    """Whether element `i` reaches `margin` into the text of both columns: left of the
+    left column's right edge and right of the right column's left edge."""
+    x0, _, x1, _ = boxes[i]
+    left_edge = max(boxes[j][2] for j in left)
+    right_edge = min(boxes[j][0] for j in right)
+    return x0 < left_edge - margin and x1 > right_edge + margin
 
 
 def _has_beside(i: int, others: Sequence[int], boxes: Sequence[Box]) -> bool:
