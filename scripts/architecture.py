@@ -6,7 +6,7 @@
 ROOT is a checkout (default: this one), so the same command measures an older commit
 checked out elsewhere (`git worktree add /tmp/old <rev>`). Every import counts, also
 those inside functions and under TYPE_CHECKING, and importing `daemon.a.b` counts as
-importing the package `daemon.a` too, as tests/test_imports.py counts them.
+importing the package `daemon.a` too, as tests/house/test_imports.py counts them.
 
 Figures: modules, import edges, layers (the longest chain of imports, counted in
 modules), the largest module in lines. The drawing groups modules by the folder they

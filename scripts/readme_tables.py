@@ -4,8 +4,8 @@ reached from daemon/config/settings.py) and "What docinbox reads" (from daemon/d
     .venv/bin/python scripts/readme_tables.py          # rewrite README.md in place
     .venv/bin/python scripts/readme_tables.py --check  # exit 1 when README.md is stale
 
-tests/test_config.py and tests/test_input_formats.py fail while a table is stale, so a new
-key or format cannot land undocumented.
+tests/config/test_config.py and tests/input/test_input_formats.py fail while a table is
+stale, so a new key or format cannot land undocumented.
 """
 
 from __future__ import annotations

@@ -22,11 +22,11 @@ ldconfig -p | grep -q "libglib-2.0.so.0 " || need_apt+=(libglib2.0-0)
 if [[ $DEV -eq 1 ]]; then
   # Real writers and a FUSE mount for the integration tests (see docs/reliability.md);
   # openssl makes the throw-away CA of the http runtime's TLS test; chromium loads the
-  # status page headless (tests/test_statuspage_browser.py); LibreOffice's Writer (no GUI,
-  # ~150 MB, a minute or two of apt) converts the .docx that tests/test_office.py writes.
+  # status page headless (tests/service/test_statuspage_browser.py); LibreOffice's Writer (no GUI,
+  # ~150 MB, a minute or two of apt) converts the .docx that tests/input/test_office.py writes.
   # podman (with runc: crun fails on hybrid cgroups) builds and runs the container image,
   # mmdebstrap makes its debian:bookworm-slim base where no registry is reachable
-  # (tests/test_container.py; podman-compose comes with the dev extras below).
+  # (tests/daemon/test_container.py; podman-compose comes with the dev extras below).
   for pkg in rsync samba smbclient vsftpd bindfs fuse3 curl openssl chromium \
              libreoffice-writer-nogui podman runc mmdebstrap; do
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")

@@ -268,7 +268,7 @@ class EngineConfig:
     )
     # loop: rows leave a batch as they finish and waiting ones join, and drafts (the PDF
     # text layer, prompt lookup) the model only confirms; the same greedy tokens as
-    # generate() (tests/test_decode_loop.py). generate: transformers' own, to compare.
+    # generate() (tests/engines/test_decode_loop.py). generate: transformers' own, to compare.
     decode: DecodeKind = setting(
         default="loop",
         choices=get_args(DecodeKind),

@@ -11,7 +11,7 @@ conversions in `daemon/input/office.py`, and the README's "What docinbox reads" 
 A foundation, not a part of the worker's `daemon/input/`: the configuration declares the
 inboxes' default patterns from it and the worker reads files by it, so it sits below both
 and imports nothing of docinbox. Light on purpose: the daemon process reads it and never
-loads Pillow or PDFium (tests/test_daemon_imports.py). The readers themselves live in
+loads Pillow or PDFium (tests/house/test_daemon_imports.py). The readers themselves live in
 `daemon/input/sniff.py` (inspect) and `daemon/input/raster.py` (render), worker side.
 """
 

@@ -174,7 +174,7 @@ class Database:
 
         Read with PRAGMA table_info rather than sqlite-utils' introspection: importing
         sqlite-utils imports numpy whenever numpy is installed (the worker needs it), and
-        the daemon process must stay light (tests/test_daemon_imports.py)."""
+        the daemon process must stay light (tests/house/test_daemon_imports.py)."""
         problems = []
         tables = {
             r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")

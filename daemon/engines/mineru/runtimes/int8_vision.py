@@ -17,7 +17,7 @@ Intel since Cascade Lake) or AMX, `torch._int_mm` (int8 x int8 -> int32, oneDNN)
 
 Whether a trained tower keeps its output under this is measured, not assumed:
 bench/fidelity_vision.py runs a trained ViT through `quantize_tower_linears` and holds it to
-a gate set from bf16's own figures (tests/test_fidelity_vision.py in the suite). Not wired
+a gate set from bf16's own figures (tests/engines/test_fidelity_vision.py in the suite). Not wired
 into `auto` yet (see docs/benchmarks.md, 2026-12-05).
 
 Imports torch at module level: only the worker's model loader and the benches import it.

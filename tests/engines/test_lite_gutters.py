@@ -20,8 +20,8 @@ from daemon.document.page import PageInput, PageOptions, no_progress
 from daemon.engines.lite.engine import LiteEngine
 from daemon.engines.lite.gutters import split_at_gutters
 from daemon.engines.lite.lines import Line, union
+from tests.engines.test_lite_magazine import DECLARATION
 from tests.magazine import Article, SetPage, typeset
-from tests.test_lite_magazine import DECLARATION
 
 SIZE = (1654, 2339)  # A4 at 200 dpi
 FONT_PX = 28

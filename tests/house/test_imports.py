@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from scripts import architecture
+from tests.conftest import REPO
 
-PACKAGE = Path(__file__).resolve().parents[1] / "daemon"
+PACKAGE = REPO / "daemon"
 
 
 def module_name(path: Path) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 from typing import Literal
 
-from tests.test_imports import PACKAGE, import_graph, module_name
+from tests.house.test_imports import PACKAGE, import_graph, module_name
 
 Side = Literal["shared", "worker", "daemon", "entry"]
 

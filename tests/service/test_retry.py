@@ -1,6 +1,7 @@
 """Problems that are not the file's: said once, reminded per minute, retried in seconds.
 
-Ticks with made-up times; the real store on a real full file system is in test_faults.py.
+Ticks with made-up times; the real store on a real full file system is in
+tests/daemon/test_faults.py.
 """
 
 from __future__ import annotations

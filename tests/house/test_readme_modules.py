@@ -2,7 +2,8 @@
 
 The table is where a newcomer looks for the home of a new config key, status field, worker
 message or output file; a module missing from it is a module nobody finds, and a row naming
-a file that was split or renamed sends the reader nowhere.
+a file that was split or renamed sends the reader nowhere. The same holds for the folders of
+tests/, one per stage, described in README's Development section.
 """
 
 from __future__ import annotations
@@ -67,3 +68,18 @@ def test_the_table_says_where_new_things_go() -> None:
                   "output file", "hook"):
         assert thing in where, thing
     assert set(re.findall(r"`(daemon/[^`]*)`", where)) <= named_paths(table_rows())
+
+
+def test_every_test_folder_is_described() -> None:
+    """README says what each folder of tests/ holds, as it does for daemon/'s: a folder it
+    does not name is one a new test cannot be placed by."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    item = text.split("- `tests/` —", 1)[1].split("\n- ", 1)[0]
+    folders = sorted(p.name for p in (REPO / "tests").iterdir() if (p / "__init__.py").is_file())
+    assert len(folders) > 5
+    assert [name for name in folders if f"`{name}/`" not in item] == []
+
+
+def test_no_test_lies_loose_in_tests() -> None:
+    """Tests are grouped by the stage they exercise; tests/ itself holds only their helpers."""
+    assert sorted(p.name for p in (REPO / "tests").glob("test_*.py")) == []

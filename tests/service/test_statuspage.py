@@ -21,7 +21,7 @@ from daemon.document.record import PageRecord
 from daemon.jobs.store import Store
 from daemon.service.httpserver import HttpServer, start_http_server
 from daemon.service.status import collect
-from tests.test_health import MONO, NOW, arrive, cfg, live_ok  # noqa: F401 - fixture
+from tests.service.test_health import MONO, NOW, arrive, cfg, live_ok  # noqa: F401 - fixture
 
 TOKEN = "s3cret-token-for-tests"
 

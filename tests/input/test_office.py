@@ -15,6 +15,7 @@ from daemon.input import office, sniff
 from daemon.input.raster import render_page
 from daemon.input.textlayer import with_text_layer
 from tests import docgen
+from tests.conftest import REPO
 
 PARAGRAPHS = ["The quarterly report shows steady growth.", "Costs fell by four percent."]
 
@@ -117,12 +118,11 @@ def test_parse_converts_a_docx_and_reads_a_heic_photo_end_to_end(
         heic, "HEIF", quality=90
     )
     out = tmp_path / "out"
-    repo = Path(__file__).resolve().parents[1]
     r = subprocess.run(
         [sys.executable, "-m", "daemon", "parse", str(docx), str(heic), "-o", str(out),
          "--engine", "lite"],
         capture_output=True, text=True, cwd=tmp_path, timeout=600,
-        env={**os.environ, "PYTHONPATH": str(repo)},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     assert "Receipt 0042" in (out / "receipt" / "receipt.md").read_text()
     if office.soffice() is None:

@@ -20,6 +20,7 @@ from daemon.document.page import TextLine
 from daemon.input import raster, sniff, textlayer
 from daemon.input.sniff import DocumentInfo
 from tests import docgen
+from tests.conftest import CORPUS
 
 LIMITS = LimitsConfig()
 HAVE_POPPLER = shutil.which("pdftoppm") is not None
@@ -548,9 +549,6 @@ def _dark_share(img: Image.Image) -> float:
 def _has_dark_pixels(img: Image.Image) -> bool:
     """Some ink on the page: at least 50 pixels darker than mid-grey."""
     return sum(img.convert("L").histogram()[:128]) >= 50
-
-
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="development corpus not present")

@@ -31,8 +31,7 @@ from daemon.engines.lite.ocr import bundled_models
 from daemon.engines.registry import create_engine
 from daemon.input import raster, sniff, textlayer
 from tests import docgen
-
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus"
+from tests.conftest import CORPUS
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +252,7 @@ def test_threads_follow_config() -> None:
     import psutil
 
     assert resolve_threads(3) == 3
-    # 0 = physical cores, but never more than the affinity mask allows (tests/test_cpus.py
+    # 0 = physical cores, but never more than the affinity mask allows (tests/common/test_cpus.py
     # narrows the mask); the bare core count only matched where the two are equal.
     physical = psutil.cpu_count(logical=False) or 1
     assert resolve_threads(0) == max(1, min(physical, len(os.sched_getaffinity(0))))

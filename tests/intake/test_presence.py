@@ -3,7 +3,8 @@ it, the mount tables of daemon/common/mounttable.py and the start-time check).
 
 The detection logic is ticked with a made-up clock and fed made-up looks (`Probe`); the
 watcher runs on real folders that are moved, replaced and recreated under it, with the
-clock still ticked by hand. The daemon-level proofs on real mounts are in test_shares.py.
+clock still ticked by hand. The daemon-level proofs on real mounts are in
+tests/daemon/test_shares.py.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from daemon.config.settings import InboxConfig
 from daemon.intake.presence import FolderPresence, Probe, mount_points, probe_folder
 from daemon.intake.watch_settings import WatcherIO, WatcherSettings
 from daemon.intake.watcher import Watcher
+from tests.common.test_lanes import FakeTime
 from tests.conftest import require_mounting
-from tests.test_lanes import FakeTime
-from tests.test_watcher import STABLE, FakeFactory, local_mounts, ticks, write
+from tests.intake.test_watcher import STABLE, FakeFactory, local_mounts, ticks, write
 
 LOG = "daemon.intake.presence"
 HERE = Probe((1, 100), parent_dev=1)
@@ -382,7 +383,7 @@ def test_a_hung_share_holds_its_inbox_only_and_is_rescanned_when_it_answers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Every call into the share goes through its lane; the lane's clock is fake and a
-    closed gate is a dead NFS server (tests/test_lanes.py). The other inbox goes on."""
+    closed gate is a dead NFS server (tests/common/test_lanes.py). The other inbox goes on."""
     caplog.set_level(logging.INFO, logger=LOG)
     local, nas = tmp_path / "local", tmp_path / "nas"
     local.mkdir()

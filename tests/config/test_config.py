@@ -32,8 +32,8 @@ from daemon.config.settings import (
     resolve_config_path,
 )
 from daemon.document.formats import DEFAULT_PATTERNS
+from tests.conftest import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "config.yaml"
 
 SECRET_A = "hunter2-very-secret"

@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import REPO, write_config
 from tests.docgen import make_text_image
-from tests.test_layers import HEAVY
+from tests.house.test_layers import HEAVY
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ from daemon.engines.mineru.runtimes.decode_loop import (
 )
 from daemon.engines.mineru.runtimes.drafts import AdaptiveK, ExternalDraft, PromptLookup
 from daemon.engines.mineru.runtimes.transformers_generate import BatchedGenerator
-from tests.test_mineru_batching import block_image as image
+from tests.engines.test_mineru_batching import block_image as image
 from tests.tinymodel import randomize_language_model, tiny_model_once
 
 # (width, height, cap): images of different grid sizes, so prompts differ in length.

@@ -40,10 +40,10 @@ from typing import Any
 
 import pytest
 
+from tests.cli.test_cli import cli
 from tests.conftest import DaemonFactory, DaemonProc, require_mounting, wait_for
 from tests.docgen import make_text_pdf
 from tests.hookreceiver import free_port
-from tests.test_cli import cli
 
 pytestmark = pytest.mark.integration
 

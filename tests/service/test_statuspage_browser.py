@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.test_cli import cli
 from tests.conftest import DaemonProc, wait_for
 from tests.docgen import make_text_pdf
-from tests.test_cli import cli
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -1,0 +1,1 @@
+"""daemon/cli/: the command line as a user meets it."""

@@ -1,0 +1,1 @@
+"""daemon/common/: the vocabulary every stage shares (CPU counts, the share lanes)."""

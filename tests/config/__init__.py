@@ -1,0 +1,1 @@
+"""daemon/config/: every key declared once, loading, checks, the shipped config.yaml."""

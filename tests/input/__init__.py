@@ -1,0 +1,1 @@
+"""daemon/document/formats.py and daemon/input/: what a file is and how it becomes pages."""

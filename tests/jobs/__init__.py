@@ -1,0 +1,1 @@
+"""daemon/jobs/: the store, its tables and the job states."""

@@ -1,0 +1,1 @@
+"""daemon/service/: the main loop's surfaces: health, status page, metrics, hooks, reminders."""

@@ -1,0 +1,2 @@
+"""daemon/supervisor/: the worker process started, watched and fed page by page; the
+engine fallback."""

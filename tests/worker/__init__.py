@@ -1,0 +1,1 @@
+"""daemon/worker/: the worker process's page pipeline."""
