@@ -248,6 +248,18 @@ def test_a_figure_full_of_body_print_is_the_page_not_a_figure() -> None:
     assert "figure" not in laid.dropped
 
 
+def test_a_header_with_nothing_below_it_is_the_page_text() -> None:
+    # A page of one line near the top: the detector calls it a header; dropping it as a
+    # running head would empty the page. With body text below, a header stays a header.
+    line = L("Chapter 2 text", 0.12, 0.09, 0.24)
+    header = Region(kind="header", bbox=(0.1, 0.08, 0.3, 0.12), score=0.9)
+    alone = compose_page([line], [header], source=SOURCE_OCR, progress=no_progress)
+    assert [(b.type, b.text) for b in alone.blocks] == [("text", "Chapter 2 text")]
+    body = [L(f"Body line {i} of the page.", 0.1, 0.3 + 0.04 * i, 0.9) for i in range(5)]
+    above = compose_page([line, *body], [header], source=SOURCE_OCR, progress=no_progress)
+    assert [b.type for b in above.blocks][0] == HEADER
+
+
 def test_minus_one_is_not_a_page_number() -> None:
     lines = [L("Body text line", 0.1, 0.5, 0.9), L("−1", 0.5, 0.96, 0.53)]
     laid = compose_page(lines, [], source=SOURCE_TEXT_LAYER, progress=no_progress)

@@ -214,7 +214,8 @@ def _printable(text: str) -> str:
 
 
 def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[Line]) -> list[rg.Region]:
-    """The regions worth acting on; a "figure" full of body-size print is the page itself.
+    """The regions worth acting on; a "figure" full of body-size print is the page itself,
+    and so is a "header" with no text below it.
 
     An old newspaper page reads to the detector as one big picture; dropping its text as
     figure text would empty the page. A real figure's own labels are small or sparse.
@@ -233,6 +234,10 @@ def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[Line]) -> lis
                 continue
         if region.kind == rg.HEADER:
             inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= INSIDE]
+            if not any(ln.bbox[1] >= region.bbox[3] for ln in lines if ln not in inside):
+                # A running head stands above the page's text. With nothing below it, the
+                # "header" is the page's text (a page of one line), which must not vanish.
+                continue
             if inside and statistics.median(ln.size for ln in inside) >= HEADING_RATIO * body:
                 # Running heads are small print; a headline at the top of a page is not one.
                 region = replace(region, kind=rg.TITLE)
