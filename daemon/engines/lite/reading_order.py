@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
@@ -107,6 +108,13 @@ def _cut(idx: list[int], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], in
         parts = gutter.parts[::-1] if rtl else gutter.parts
         order, count = _beside(parts, boxes, rtl)
         # Masked elements (pictures the columns run around) go back by position.
+        return _reinsert(order, gutter.masked, boxes), count
+    gutter = _split_by_row_gutters(idx, boxes)
+    if gutter is not None:
+        if not gutter.columns:
+            return _stacked(gutter.parts, boxes, rtl)
+        parts = gutter.parts[::-1] if rtl else gutter.parts
+        order, count = _beside(parts, boxes, rtl)
         return _reinsert(order, gutter.masked, boxes), count
     rows = _split_y(idx, boxes)
     if rows is not None:
@@ -283,6 +291,88 @@ def _split_at_gutter(idx: list[int], boxes: Sequence[Box]) -> _Gutter | None:
         bands = _bands(idx, spanning, boxes)
         return _Gutter(bands, [], columns=False) if bands is not None else None
     return _Gutter([left, right], embedded, columns=True)
+
+
+def _split_by_row_gutters(idx: list[int], boxes: Sequence[Box]) -> _Gutter | None:
+    """Two columns whose gutter moves down the page, found row by row.
+
+    A gutter that is straight on the sheet is not on the scan: turned half a degree, a
+    page's columns drift sideways by more than a 1 % gutter from top to bottom; text set
+    around a cut-out picture moves a column's edge line by line. No one x then separates
+    the columns, yet every row does: where two lines stand level, the blank from the end
+    of one to the start of the next is the gutter there, and the blanks of successive rows
+    overlap (a jump means no one gutter: a form, a grid). A row of one line takes the
+    blank of the nearest row that has one. Tall elements (a picture the columns run
+    around) are masked and come back by position; a wide line across the gutter cuts the
+    node into bands; one or two narrow ones go to the column they start in.
+    """
+    if len(idx) < 2 * _MIN_PER_SIDE + 1:
+        return None
+    lo = min(boxes[i][0] for i in idx)
+    span = max(max(boxes[i][2] for i in idx) - lo, 1e-9)
+    line = float(np.median([boxes[i][3] - boxes[i][1] for i in idx]))
+    masked = [i for i in idx if boxes[i][3] - boxes[i][1] >= _PICTURE_LINES * line]
+    rows = _level_rows([i for i in idx if i not in masked], boxes)
+    found = [
+        ((min(boxes[i][1] for i in row) + max(boxes[i][3] for i in row)) / 2, gap)
+        for row in rows
+        if (gap := _row_gutter(row, boxes, lo, span)) is not None
+    ]
+    if len(found) < _MIN_PER_SIDE or 2 * len(found) < len(rows):
+        return None
+    if any(max(a[0], b[0]) > min(a[1], b[1]) for (_, a), (_, b) in pairwise(found)):
+        return None
+    left: list[int] = []
+    right: list[int] = []
+    spanning: list[int] = []
+    bridges = 0
+    for row in rows:
+        middle = (min(boxes[i][1] for i in row) + max(boxes[i][3] for i in row)) / 2
+        g_lo, g_hi = min(found, key=lambda f: abs(f[0] - middle))[1]
+        for i in row:
+            x0, _, x1, _ = boxes[i]
+            if x0 < g_lo and x1 > g_hi and x1 - x0 >= _MIN_SPANNING_WIDTH * span:
+                spanning.append(i)
+                continue
+            bridges += x0 < g_lo and x1 > g_hi
+            (left if x0 + x1 < g_lo + g_hi else right).append(i)
+    if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE or bridges > _MAX_BRIDGES:
+        return None
+    if spanning:
+        bands = _bands(idx, spanning, boxes)
+        return _Gutter(bands, [], columns=False) if bands is not None else None
+    return _Gutter([left, right], masked, columns=True)
+
+
+def _level_rows(idx: list[int], boxes: Sequence[Box]) -> list[list[int]]:
+    """Elements grouped into rows: middles within half a line of the row's first."""
+    rows: list[list[int]] = []
+    for i in sorted(idx, key=lambda i: (boxes[i][1] + boxes[i][3]) / 2):
+        if rows:
+            first = boxes[rows[-1][0]]
+            h = min(first[3] - first[1], boxes[i][3] - boxes[i][1])
+            if abs(boxes[i][1] + boxes[i][3] - first[1] - first[3]) / 2 <= 0.5 * max(h, 1e-9):
+                rows[-1].append(i)
+                continue
+        rows.append([i])
+    return rows
+
+
+def _row_gutter(
+    row: list[int], boxes: Sequence[Box], lo: float, span: float
+) -> tuple[float, float] | None:
+    """The widest blank (from, to) between a row's lines, its middle inside the gutter
+    zone and as wide as a column gap; None for a row of one line or of lines closer."""
+    spans = sorted((boxes[i][0], boxes[i][2]) for i in row)
+    best: tuple[float, float] | None = None
+    reach = spans[0][1]
+    for a, b in spans[1:]:
+        inside = _GUTTER_ZONE[0] <= ((reach + a) / 2 - lo) / span <= _GUTTER_ZONE[1]
+        wider = best is None or a - reach > best[1] - best[0]
+        if inside and a - reach >= _MIN_COLUMN_GAP * span and wider:
+            best = (reach, a)
+        reach = max(reach, b)
+    return best
 
 
 def _stacked_on(
