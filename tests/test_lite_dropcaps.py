@@ -71,3 +71,21 @@ def test_the_missed_cap_is_read_and_joined_to_its_word(reader: OcrReader) -> Non
     text = " ".join(b.text for b in laid.blocks)
     assert "When in the Course" in text
     assert "hen in the Course" not in text.replace("When in the Course", "")
+
+
+def test_a_cap_the_layout_detector_boxes_as_a_picture_is_no_picture() -> None:
+    # The detector may box the big glyph as a small figure of its own: kept, the empty
+    # picture cut the first paragraph after its first line.
+    from daemon.engines.lite.regions import Region
+
+    page = page_with_cap()
+    (cap,) = [ln for ln in page.lines if ln.role == "dropcap"]
+    w, h = page.image.size
+    pad = 4
+    region = Region(kind="figure", bbox=((cap.box[0] - pad) / w, (cap.box[1] - pad) / h,
+                                         (cap.box[2] + pad) / w, (cap.box[3] + pad) / h),
+                    score=0.8)
+    laid = compose_page(lines_of(page, cap=True), [region], source="ocr", progress=no_progress,
+                        page_aspect=h / w)
+    assert "image" not in [b.type for b in laid.blocks]
+    assert laid.blocks[1].text.startswith("When in the Course of human events, it becomes")
