@@ -133,7 +133,7 @@ def compose_page(
         groups += [_Group(kind=ASIDE_TEXT, bbox=ln.bbox, lines=[ln]) for ln in aside]
     items: list[Line | _Group] = [*free, *groups]
     rtl = is_rtl([ln.text for ln in kept])
-    reading = read_page(items, lambda it: it.bbox, rtl=rtl)
+    reading = read_page(items, lambda it: it.bbox, rtl=rtl, heading=_is_title)
     ordered = reading.order
     # Running heads first and feet (and margin notes) last, where a reader skips them.
     tail = (FOOTER, ASIDE_TEXT)
@@ -151,6 +151,11 @@ def compose_page(
     # Counted by the cut that ordered the page, so the count and the order never disagree.
     columns = reading.columns if blocks else 0
     return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
+
+
+def _is_title(item: Line | _Group) -> bool:
+    # Titles and headlines go by their place in the article's flow, never into a column.
+    return isinstance(item, _Group) and item.kind == TITLE
 
 
 def _without_noise(lines: Sequence[Line], source: str, dropped: Counter[str]) -> list[Line]:
