@@ -119,20 +119,14 @@ def _cut(
         if rtl:
             columns.reverse()
         return _beside(columns, boxes, rtl, heads)
-    gutter = _split_at_gutter(idx, boxes, heads)
+    # A gutter that few elements cross, else one found row by row (it drifts).
+    gutter = _split_at_gutter(idx, boxes, heads) or _split_by_row_gutters(idx, boxes, heads)
     if gutter is not None:
         if not gutter.columns:
             return _stacked(gutter.parts, boxes, rtl, heads)
         parts = gutter.parts[::-1] if rtl else gutter.parts
         order, count = _beside(parts, boxes, rtl, heads)
         # Masked elements (pictures the columns run around) go back by position.
-        return _reinsert(order, gutter.masked, boxes), count
-    gutter = _split_by_row_gutters(idx, boxes, heads)
-    if gutter is not None:
-        if not gutter.columns:
-            return _stacked(gutter.parts, boxes, rtl, heads)
-        parts = gutter.parts[::-1] if rtl else gutter.parts
-        order, count = _beside(parts, boxes, rtl, heads)
         return _reinsert(order, gutter.masked, boxes), count
     rows = _split_y(idx, boxes)
     if rows is not None:
