@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from types import MappingProxyType
+from typing import Any, ClassVar, Final, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from daemon.config.schema import declared, read_fields, section, setting, settings
@@ -25,7 +27,6 @@ from daemon.config.values import (
     p_path,
     p_seconds,
     p_text,
-    p_text_list,
     type_name,
 )
 from daemon.document.page import PageOptions, TextLayer
@@ -219,6 +220,18 @@ _PAGE: Final = PageOptions()
 
 @settings
 class EngineConfig:
+    # Keys an older docinbox accepted: a config that still sets one is told why it went.
+    REMOVED_KEYS: ClassVar[Mapping[str, str]] = MappingProxyType(
+        {
+            # It was declared but never read. The rapidocr wheel ships one recognition
+            # model, and any other would be a download at run time, which lite never does.
+            "ocr_languages": "delete the line: the lite engine reads with the one "
+            "recognition model inside the rapidocr wheel (PP-OCRv6 small: Latin-script "
+            "languages, Chinese, Japanese); no other installs offline, so there is "
+            "nothing to choose",
+        }
+    )
+
     name: str = setting(
         default="mineru",
         parse=_p_engine_name,
@@ -322,11 +335,6 @@ class EngineConfig:
     )
     llama_cpp: LlamaCppConfig = section(
         default_factory=LlamaCppConfig, doc="the GGUF pair of `runtime: llama-cpp`"
-    )
-    ocr_languages: tuple[str, ...] = setting(
-        default=(),
-        parse=p_text_list(allow_empty=True),
-        doc="lite: reserved for choosing RapidOCR's language models",
     )
     options: dict[str, object] = setting(
         default_factory=dict,

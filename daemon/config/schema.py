@@ -8,8 +8,9 @@ differs, e.g. `max_file_size` -> `max_file_bytes`), the parser that checks a val
 the problem, the doc line, whether it is secret, whether an inbox may override it, and
 relations to other keys. Everything else here is derived from those declarations:
 reading a YAML mapping into a dataclass (every problem at once, with key paths, "did you
-mean" and hints), the effective config with secrets masked (`check-config --show`), and
-the README's configuration table. The value parsers are in `daemon/config/values.py`.
+mean" and hints; a key a section lists in its `REMOVED_KEYS` is refused with the reason),
+the effective config with secrets masked (`check-config --show`), and the README's
+configuration table. The value parsers are in `daemon/config/values.py`.
 
 This module imports nothing from the rest of `daemon` and nothing heavy: the daemon
 process reads its config without paying for Pillow or torch.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar, dataclass_transform
@@ -191,6 +192,12 @@ def key_homes(root: type) -> dict[str, list[str]]:
     return homes
 
 
+def _removed_keys(cls: type) -> Mapping[str, str]:
+    """A settings class's `REMOVED_KEYS` (YAML key -> why it went and what to do), if any."""
+    removed: Mapping[str, str] = getattr(cls, "REMOVED_KEYS", {})
+    return removed
+
+
 def _unknown_key(ctx: Ctx, key: str, name: str, known: list[str], here: str) -> None:
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if close:
@@ -249,6 +256,9 @@ def read_fields(
             continue
         key = join(prefix, name)
         found = by_key.get(name)
+        if found is None and name in _removed_keys(cls):
+            ctx.problem(key, "was removed", _removed_keys(cls)[name])
+            continue
         if found is None:
             here = re.sub(r"\[\d+\]", "[]", prefix)
             _unknown_key(ctx, key, name, list(by_key), here)

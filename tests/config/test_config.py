@@ -406,14 +406,15 @@ def test_wrong_types(tmp_path: Path) -> None:
         tmp_path,
         """\
         stability_seconds: true
-        engine: {text_layer: off, ocr_languages: en}
+        engine: {text_layer: off}
+        hooks: {webhooks: [{url: "https://example.org/h", events: document.done}]}
         http: {enabled: "yes"}
         worker: [1, 2]
         """,
     )
     p = by_key(problems_of(path))
     assert "engine.text_layer" in p  # bare `off` is YAML false, not the word "off"
-    assert "list" in p["engine.ocr_languages"].hint
+    assert "list" in p["hooks.webhooks[0].events"].hint
     assert "without quotes" in p["http.enabled"].hint
     assert "stability_seconds" in p
     assert "worker" in p

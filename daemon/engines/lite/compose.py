@@ -33,7 +33,7 @@ from daemon.document.page import (
     ProgressFn,
 )
 from daemon.engines.lite.junk import is_noise
-from daemon.engines.lite.lines import INSIDE, Line, body_size, union
+from daemon.engines.lite.lines import INSIDE, Box, Line, body_size, union
 from daemon.engines.lite.paragraphs import (
     HEADING_RATIO,
     TOP_HEADING_RATIO,
@@ -121,9 +121,10 @@ def compose_page(
     if not kept and not any(r.kind in (rg.FIGURE, rg.TABLE) for r in regions):
         progress(0, 0, "line")
         return PageLayout(blocks=[], columns=0, dropped=dict(dropped))
-    kept = join_drop_caps(kept)
+    capped = join_drop_caps(kept)
+    kept = capped.lines
     body = body_size(kept)
-    groups, free = _claim(kept, _trusted_regions(regions, kept), dropped)
+    groups, free = _claim(kept, _trusted_regions(regions, kept, capped.caps), dropped)
     # A line standing on its end on an upright page is marginal text (arXiv's stamp, a
     # binding note): MinerU's aside_text, not a giant heading.
     aside = [ln for ln in free if _vertical(ln, page_aspect)]
@@ -132,7 +133,7 @@ def compose_page(
         groups += [_Group(kind=ASIDE_TEXT, bbox=ln.bbox, lines=[ln]) for ln in aside]
     items: list[Line | _Group] = [*free, *groups]
     rtl = is_rtl([ln.text for ln in kept])
-    reading = read_page(items, lambda it: it.bbox, rtl=rtl)
+    reading = read_page(items, lambda it: it.bbox, rtl=rtl, heading=_is_title)
     ordered = reading.order
     # Running heads first and feet (and margin notes) last, where a reader skips them.
     tail = (FOOTER, ASIDE_TEXT)
@@ -150,6 +151,11 @@ def compose_page(
     # Counted by the cut that ordered the page, so the count and the order never disagree.
     columns = reading.columns if blocks else 0
     return PageLayout(blocks=blocks, columns=columns, dropped=dict(dropped))
+
+
+def _is_title(item: Line | _Group) -> bool:
+    # Titles and headlines go by their place in the article's flow, never into a column.
+    return isinstance(item, _Group) and item.kind == TITLE
 
 
 def _without_noise(lines: Sequence[Line], source: str, dropped: Counter[str]) -> list[Line]:
@@ -213,16 +219,22 @@ def _printable(text: str) -> str:
     return "".join(ch for ch in text if unicodedata.category(ch)[0] != "C" or ch == "\t").strip()
 
 
-def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[Line]) -> list[rg.Region]:
+def _trusted_regions(
+    regions: Sequence[rg.Region], lines: Sequence[Line], caps: Sequence[Box] = ()
+) -> list[rg.Region]:
     """The regions worth acting on; a "figure" full of body-size print is the page itself,
     and so is a "header" with no text below it.
 
     An old newspaper page reads to the detector as one big picture; dropping its text as
-    figure text would empty the page. A real figure's own labels are small or sparse.
+    figure text would empty the page. A real figure's own labels are small or sparse. A
+    "figure" that is only a drop cap (joined to its word already) is no picture either:
+    kept, it would cut the first paragraph after its first line.
     """
     body = body_size(lines)
     out: list[rg.Region] = []
     for region in regions:
+        if region.kind == rg.FIGURE and any(_just_the_cap(region.bbox, c) for c in caps):
+            continue
         if region.kind == rg.FIGURE:
             inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= INSIDE]
             if len(inside) >= 8 and len(inside) * 2 >= len(lines):
@@ -243,6 +255,13 @@ def _trusted_regions(regions: Sequence[rg.Region], lines: Sequence[Line]) -> lis
                 region = replace(region, kind=rg.TITLE)
         out.append(region)
     return out
+
+
+def _just_the_cap(region: Box, cap: Box) -> bool:
+    """Whether `region` holds `cap` and little more (at most three times its area)."""
+    area = (region[2] - region[0]) * (region[3] - region[1])
+    cap_area = max((cap[2] - cap[0]) * (cap[3] - cap[1]), 1e-12)
+    return rg.overlap_share(cap, region) >= INSIDE and area <= 3 * cap_area
 
 
 def _prose_strip(region: rg.Region, inside: Sequence[Line], body: float) -> bool:

@@ -21,6 +21,7 @@ import numpy as np
 from PIL import Image
 
 from daemon.common.errors import EngineUnavailable
+from daemon.engines.lite.dropcaps import missed_drop_caps
 from daemon.engines.lite.gutters import split_at_gutters, trim_to_ink
 from daemon.engines.lite.lines import Line
 
@@ -132,7 +133,7 @@ class OcrReader:
         gray = bgr.mean(axis=2)
         splits = split_at_gutters(lines, gray)
         if not splits:
-            return trim_to_ink(lines, gray)
+            return self._with_missed_caps(trim_to_ink(lines, gray), bgr, gray)
         height, width = gray.shape
         crops: list[np.ndarray] = []
         boxes: list[tuple[int, tuple[float, float, float, float]]] = []
@@ -152,7 +153,36 @@ class OcrReader:
         out: list[Line] = []
         for i, ln in enumerate(lines):
             out.extend(pieces.get(i, [ln]) if i in splits else [ln])
-        return trim_to_ink(out, gray)
+        return self._with_missed_caps(trim_to_ink(out, gray), bgr, gray)
+
+    def _with_missed_caps(self, lines: list[Line], bgr: np.ndarray, gray: np.ndarray) -> list[Line]:
+        """`lines` and the drop caps the detector left unboxed, each read from its own crop
+        (`dropcaps`); a crop that reads as no letter or two is left out."""
+        caps = missed_drop_caps(lines, gray)
+        if not caps:
+            return lines
+        height, width = gray.shape
+        crops = []
+        for x0, y0, x1, y1 in caps:
+            # The recogniser reads lines: the glyph gets a margin of paper around it.
+            pad = int(0.2 * (y1 - y0) * height)
+            glyph = bgr[
+                int(y0 * height) : int(np.ceil(y1 * height)),
+                int(x0 * width) : int(np.ceil(x1 * width)),
+            ]
+            crops.append(
+                np.ascontiguousarray(
+                    np.pad(glyph, ((pad, pad), (pad, pad), (0, 0)), constant_values=255)
+                )
+            )
+        texts, scores = self._read_crops(crops)
+        out = list(lines)
+        for box, text, score in zip(caps, texts, scores, strict=True):
+            text = text.strip()
+            if 1 <= len(text) <= 2 and text.isalpha():
+                size = (box[3] - box[1]) * height
+                out.append(Line(text=text, bbox=box, size=size, confidence=score))
+        return out
 
     def _read_crops(self, crops: list[np.ndarray]) -> tuple[list[str], list[float]]:
         """The recogniser's text and confidence for BGR line images (RapidOCR's

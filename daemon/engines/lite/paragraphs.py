@@ -14,10 +14,10 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from daemon.document.page import FOOTER, HEADER, PAGE_NUMBER, TEXT, TITLE, Block
-from daemon.engines.lite.lines import Line
+from daemon.engines.lite.lines import Box, Line
 
 # A line at least this many times the body size is a heading; this much more is level 1.
 HEADING_RATIO = 1.3
@@ -44,7 +44,16 @@ _FOOTER_ZONE = 0.95
 _FURNITURE_MAX_CHARS = 100
 
 
-def join_drop_caps(lines: Sequence[Line]) -> list[Line]:
+@dataclass(frozen=True)
+class Capped:
+    """A page's lines with its drop caps joined to their words, and where the caps were
+    (a layout detector may box a cap as a picture of its own)."""
+
+    lines: list[Line]
+    caps: list[Box]
+
+
+def join_drop_caps(lines: Sequence[Line]) -> Capped:
     """A drop cap joined to the word it starts ("S" + "HE MOPED" -> "SHE MOPED").
 
     A drop cap is a letter or two, at least `_DROP_CAP_LINES` body lines tall, with body
@@ -53,7 +62,8 @@ def join_drop_caps(lines: Sequence[Line]) -> list[Line]:
     instead of looking indented.
     """
     if len(lines) < 3:
-        return list(lines)
+        return Capped(list(lines), [])
+    caps: list[Box] = []
     typical = statistics.median(ln.height for ln in lines)
     out = list(lines)
     for cap in [ln for ln in lines if _drop_cap_shaped(ln, typical)]:
@@ -74,6 +84,7 @@ def join_drop_caps(lines: Sequence[Line]) -> list[Line]:
         if not beside or beside[0].cy > cap.bbox[1] + 0.5 * cap.height:
             continue
         first = beside[0]
+        caps.append(cap.bbox)
         moved = {id(ln): ln for ln in beside}
         out = [
             replace(
@@ -86,7 +97,7 @@ def join_drop_caps(lines: Sequence[Line]) -> list[Line]:
             for ln in out
             if ln is not cap
         ]
-    return out
+    return Capped(out, caps)
 
 
 def _drop_cap_shaped(ln: Line, typical: float) -> bool:

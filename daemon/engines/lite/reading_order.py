@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
@@ -79,10 +80,22 @@ class Reading(Generic[T]):
     columns: int
 
 
-def read_page(items: Sequence[T], box_of: Callable[[T], Box], *, rtl: bool = False) -> Reading[T]:
-    """`items` in reading order, and the columns the order found."""
+def read_page(
+    items: Sequence[T],
+    box_of: Callable[[T], Box],
+    *,
+    rtl: bool = False,
+    heading: Callable[[T], bool] | None = None,
+) -> Reading[T]:
+    """`items` in reading order, and the columns the order found.
+
+    `heading` tells titles and headlines: one that crosses a gutter, however narrow or
+    tall, cuts the columns into bands (read before the columns below it, after those
+    above), where a line of its size would go to a column or a picture be masked.
+    """
     boxes = [box_of(it) for it in items]
-    order, columns = _cut(list(range(len(items))), boxes, rtl)
+    heads = frozenset(i for i, it in enumerate(items) if heading is not None and heading(it))
+    order, columns = _cut(list(range(len(items))), boxes, rtl, heads)
     return Reading(order=[items[i] for i in order], columns=columns)
 
 
@@ -91,41 +104,77 @@ def xy_cut(items: Sequence[T], box_of: Callable[[T], Box], *, rtl: bool = False)
     return read_page(items, box_of, rtl=rtl).order
 
 
-def _cut(idx: list[int], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], int]:
+def _cut(
+    idx: list[int], boxes: Sequence[Box], rtl: bool, heads: frozenset[int] = frozenset()
+) -> tuple[list[int], int]:
     """The node's reading order and its column count (see `Reading.columns`)."""
     if len(idx) <= 1:
         return idx, len(idx)
+    foot = _foot_headings(idx, boxes, heads)
+    if foot:
+        order, count = _cut([i for i in idx if i not in foot], boxes, rtl, heads)
+        return order + foot, count
     columns = _split_x(idx, boxes)
     if columns is not None:
         if rtl:
             columns.reverse()
-        return _beside(columns, boxes, rtl)
-    gutter = _split_at_gutter(idx, boxes)
+        return _beside(columns, boxes, rtl, heads)
+    # A gutter that few elements cross, else one found row by row (it drifts).
+    gutter = _split_at_gutter(idx, boxes, heads) or _split_by_row_gutters(idx, boxes, heads)
     if gutter is not None:
         if not gutter.columns:
-            return _stacked(gutter.parts, boxes, rtl)
+            return _stacked(gutter.parts, boxes, rtl, heads)
         parts = gutter.parts[::-1] if rtl else gutter.parts
-        order, count = _beside(parts, boxes, rtl)
+        order, count = _beside(parts, boxes, rtl, heads)
         # Masked elements (pictures the columns run around) go back by position.
         return _reinsert(order, gutter.masked, boxes), count
     rows = _split_y(idx, boxes)
     if rows is not None:
-        return _stacked(rows, boxes, rtl)
+        return _stacked(rows, boxes, rtl, heads)
     return _by_rows(idx, boxes, rtl), 1
 
 
-def _beside(parts: list[list[int]], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], int]:
+def _foot_headings(idx: list[int], boxes: Sequence[Box], heads: frozenset[int]) -> list[int]:
+    """Headings below everything else of the node that reach under two columns, top to
+    bottom: a title across the foot of a spread, a headline under the columns. Read
+    after the rest: a clean cut between columns they do not reach under would read them
+    between those columns."""
+    mine = [i for i in idx if i in heads]
+    rest = [i for i in idx if i not in heads]
+    if not mine or len(rest) < 2:
+        return []
+    bottom = max(boxes[i][3] for i in rest)
+    return sorted(
+        (i for i in mine if boxes[i][1] >= bottom and _under_two(i, rest, boxes)),
+        key=lambda i: boxes[i][1],
+    )
+
+
+def _under_two(i: int, others: Sequence[int], boxes: Sequence[Box]) -> bool:
+    """Whether element `i` reaches under two columns: among the others it overlaps
+    horizontally, two that do not overlap each other (a section heading at the foot of
+    one column reaches under that column alone)."""
+    x0, x1 = boxes[i][0], boxes[i][2]
+    level = [boxes[j] for j in others if min(x1, boxes[j][2]) > max(x0, boxes[j][0])]
+    return bool(level) and min(b[2] for b in level) < max(b[0] for b in level)
+
+
+def _beside(
+    parts: list[list[int]], boxes: Sequence[Box], rtl: bool, heads: frozenset[int]
+) -> tuple[list[int], int]:
     """Parts side by side, read one after the other; their columns add up."""
-    done = [_cut(part, boxes, rtl) for part in parts]
+    done = [_cut(part, boxes, rtl, heads) for part in parts]
     count = sum(n for part, (_, n) in zip(parts, done, strict=True) if len(part) >= _MIN_PER_SIDE)
     return [i for order, _ in done for i in order], max(count, 1)
 
 
-def _stacked(parts: list[list[int]], boxes: Sequence[Box], rtl: bool) -> tuple[list[int], int]:
+def _stacked(
+    parts: list[list[int]], boxes: Sequence[Box], rtl: bool, heads: frozenset[int]
+) -> tuple[list[int], int]:
     """Parts one above the other, read top to bottom; the columns of the part with the most
     print count (by the area of its boxes: a table's many small cells are less text than a
     few paragraphs' long lines)."""
-    done = [_cut(part, boxes, rtl) for part in parts]
+    done = [_cut(part, boxes, rtl, heads) for part in parts]
     largest = max(range(len(parts)), key=lambda k: _area(parts[k], boxes))
     return [i for order, _ in done for i in order], done[largest][1]
 
@@ -219,7 +268,9 @@ class _Gutter(NamedTuple):
     columns: bool  # parts side by side (True) or one above the other
 
 
-def _split_at_gutter(idx: list[int], boxes: Sequence[Box]) -> _Gutter | None:
+def _split_at_gutter(
+    idx: list[int], boxes: Sequence[Box], heads: frozenset[int] = frozenset()
+) -> _Gutter | None:
     """Parts of the node on either side of a gutter that a few elements cross.
 
     Bands when spanning elements cut the node into horizontal bands; [left, right]
@@ -262,11 +313,17 @@ def _split_at_gutter(idx: list[int], boxes: Sequence[Box]) -> _Gutter | None:
     seeds = [
         i
         for i in crossing
-        if boxes[i][3] - boxes[i][1] >= _PICTURE_LINES * line and _has_beside(i, rest, boxes)
+        if i not in heads
+        and boxes[i][3] - boxes[i][1] >= _PICTURE_LINES * line
+        and _has_beside(i, rest, boxes)
     ]
-    embedded = _stacked_on(seeds, crossing, boxes, line)
+    embedded = [i for i in _stacked_on(seeds, crossing, boxes, line) if i not in heads]
     spanning = [i for i in crossing if i not in embedded]
-    narrow = [i for i in spanning if boxes[i][2] - boxes[i][0] < _MIN_SPANNING_WIDTH * span]
+    narrow = [
+        i
+        for i in spanning
+        if i not in heads and boxes[i][2] - boxes[i][0] < _MIN_SPANNING_WIDTH * span
+    ]
     if narrow:
         # One or two boxes that reach into the text of both columns are lines the OCR
         # joined across the gutter, not a reason to give the gutter up: each goes to the
@@ -283,6 +340,93 @@ def _split_at_gutter(idx: list[int], boxes: Sequence[Box]) -> _Gutter | None:
         bands = _bands(idx, spanning, boxes)
         return _Gutter(bands, [], columns=False) if bands is not None else None
     return _Gutter([left, right], embedded, columns=True)
+
+
+def _split_by_row_gutters(
+    idx: list[int], boxes: Sequence[Box], heads: frozenset[int] = frozenset()
+) -> _Gutter | None:
+    """Two columns whose gutter moves down the page, found row by row.
+
+    A gutter that is straight on the sheet is not on the scan: turned half a degree, a
+    page's columns drift sideways by more than a 1 % gutter from top to bottom; text set
+    around a cut-out picture moves a column's edge line by line. No one x then separates
+    the columns, yet every row does: where two lines stand level, the blank from the end
+    of one to the start of the next is the gutter there, and the blanks of successive rows
+    overlap (a jump means no one gutter: a form, a grid). A row of one line takes the
+    blank of the nearest row that has one. Tall elements (a picture the columns run
+    around) are masked and come back by position; a wide line across the gutter cuts the
+    node into bands; one or two narrow ones go to the column they start in.
+    """
+    if len(idx) < 2 * _MIN_PER_SIDE + 1:
+        return None
+    lo = min(boxes[i][0] for i in idx)
+    span = max(max(boxes[i][2] for i in idx) - lo, 1e-9)
+    line = float(np.median([boxes[i][3] - boxes[i][1] for i in idx]))
+    masked = [
+        i for i in idx if i not in heads and boxes[i][3] - boxes[i][1] >= _PICTURE_LINES * line
+    ]
+    rows = _level_rows([i for i in idx if i not in masked], boxes)
+    found = [
+        ((min(boxes[i][1] for i in row) + max(boxes[i][3] for i in row)) / 2, gap)
+        for row in rows
+        if (gap := _row_gutter(row, boxes, lo, span)) is not None
+    ]
+    if len(found) < _MIN_PER_SIDE or 2 * len(found) < len(rows):
+        return None
+    if any(max(a[0], b[0]) > min(a[1], b[1]) for (_, a), (_, b) in pairwise(found)):
+        return None
+    left: list[int] = []
+    right: list[int] = []
+    spanning: list[int] = []
+    bridges = 0
+    for row in rows:
+        middle = (min(boxes[i][1] for i in row) + max(boxes[i][3] for i in row)) / 2
+        g_lo, g_hi = min(found, key=lambda f: abs(f[0] - middle))[1]
+        for i in row:
+            x0, _, x1, _ = boxes[i]
+            wide = x1 - x0 >= _MIN_SPANNING_WIDTH * span or i in heads
+            if x0 < g_lo and x1 > g_hi and wide:
+                spanning.append(i)
+                continue
+            bridges += x0 < g_lo and x1 > g_hi
+            (left if x0 + x1 < g_lo + g_hi else right).append(i)
+    if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE or bridges > _MAX_BRIDGES:
+        return None
+    if spanning:
+        bands = _bands(idx, spanning, boxes)
+        return _Gutter(bands, [], columns=False) if bands is not None else None
+    return _Gutter([left, right], masked, columns=True)
+
+
+def _level_rows(idx: list[int], boxes: Sequence[Box]) -> list[list[int]]:
+    """Elements grouped into rows: middles within half a line of the row's first."""
+    rows: list[list[int]] = []
+    for i in sorted(idx, key=lambda i: (boxes[i][1] + boxes[i][3]) / 2):
+        if rows:
+            first = boxes[rows[-1][0]]
+            h = min(first[3] - first[1], boxes[i][3] - boxes[i][1])
+            if abs(boxes[i][1] + boxes[i][3] - first[1] - first[3]) / 2 <= 0.5 * max(h, 1e-9):
+                rows[-1].append(i)
+                continue
+        rows.append([i])
+    return rows
+
+
+def _row_gutter(
+    row: list[int], boxes: Sequence[Box], lo: float, span: float
+) -> tuple[float, float] | None:
+    """The widest blank (from, to) between a row's lines, its middle inside the gutter
+    zone and as wide as a column gap; None for a row of one line or of lines closer."""
+    spans = sorted((boxes[i][0], boxes[i][2]) for i in row)
+    best: tuple[float, float] | None = None
+    reach = spans[0][1]
+    for a, b in spans[1:]:
+        inside = _GUTTER_ZONE[0] <= ((reach + a) / 2 - lo) / span <= _GUTTER_ZONE[1]
+        wider = best is None or a - reach > best[1] - best[0]
+        if inside and a - reach >= _MIN_COLUMN_GAP * span and wider:
+            best = (reach, a)
+        reach = max(reach, b)
+    return best
 
 
 def _stacked_on(
