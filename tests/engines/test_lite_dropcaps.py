@@ -18,8 +18,8 @@ from daemon.engines.lite.compose import compose_page
 from daemon.engines.lite.dropcaps import missed_drop_caps
 from daemon.engines.lite.lines import Line
 from daemon.engines.lite.ocr import OcrReader
+from tests.engines.test_lite_magazine import DECLARATION, FONT_PX, SIZE
 from tests.magazine import Article, SetPage, typeset
-from tests.test_lite_magazine import DECLARATION, FONT_PX, SIZE
 
 
 def page_with_cap(columns: int = 2, drop_cap: bool = True) -> SetPage:

@@ -257,7 +257,7 @@ def test_a_header_with_nothing_below_it_is_the_page_text() -> None:
     assert [(b.type, b.text) for b in alone.blocks] == [("text", "Chapter 2 text")]
     body = [L(f"Body line {i} of the page.", 0.1, 0.3 + 0.04 * i, 0.9) for i in range(5)]
     above = compose_page([line, *body], [header], source=SOURCE_OCR, progress=no_progress)
-    assert [b.type for b in above.blocks][0] == HEADER
+    assert above.blocks[0].type == HEADER
 
 
 def test_minus_one_is_not_a_page_number() -> None:
