@@ -1,0 +1,112 @@
+"""The passes the page estimate is built from, timed on the loaded model (seconds in all).
+
+`time_passes` runs, under inference mode, with the model as the runtime loaded it (its
+precision, its attention kernel, its threads): one vision-tower pass over a synthetic
+16x16-patch image, one decoder prefill of one row, and one decode step at one row and at
+`engine.batch_size` rows (the best of two each). Each is run once untimed at the same shape
+first: the first pass at a new shape pays for oneDNN's kernel generation and the first
+touch of its buffers (a 256-patch bf16 pass took three times its second on a Zen 4 class
+CPU), which a page's hundreds of passes spread thin. The arithmetic
+that turns them into a page is daemon/common/estimate.py's; the clock is injected so tests
+do not sleep.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from daemon.common.estimate import PassTimings
+
+if TYPE_CHECKING:
+    import torch
+
+# The timed vision image: 16x16 patches (256: about the median block crop of the typical
+# page, large enough for the GEMMs to run at their pace, small enough for a slow CPU).
+VISION_SIDE = 16
+PREFILL_TOKENS = 128
+# Context of the decode steps: short, the steps' cost is the weights' (KV reads are ~1 %).
+STEP_CONTEXT = 16
+TOKEN = 100  # any id of the vocabulary: the cost does not depend on which
+
+Clock = Callable[[], float]
+
+
+def time_passes(model: Any, batch_rows: int, clock: Clock = time.perf_counter) -> PassTimings:
+    """Time the passes on `model` (Qwen2VLForConditionalGeneration: Any, reached into by
+    submodule name as the loader does)."""
+    import torch
+
+    visual = model.model.visual
+    with torch.inference_mode():
+        _vision_pass(visual, VISION_SIDE)  # warm-up, same shape
+        vision = _timed(clock, lambda: _vision_pass(visual, VISION_SIDE))
+        _decoder_pass(model, 1, PREFILL_TOKENS)  # warm-up, same shape
+        prefill = _timed(clock, lambda: _decoder_pass(model, 1, PREFILL_TOKENS))
+        step = _step_seconds(model, 1, clock)
+        rows = max(1, batch_rows)
+        batch_step = step if rows == 1 else _step_seconds(model, rows, clock)
+    return PassTimings(
+        vision_patches=VISION_SIDE * VISION_SIDE,
+        vision_width=int(visual.config.embed_dim),
+        vision_seconds=vision,
+        prefill_tokens=PREFILL_TOKENS,
+        prefill_seconds=prefill,
+        step_seconds=step,
+        batch_rows=rows,
+        batch_step_seconds=batch_step,
+    )
+
+
+def _timed(clock: Clock, work: Callable[[], object]) -> float:
+    start = clock()
+    work()
+    return clock() - start
+
+
+def _vision_pass(visual: Any, side: int) -> object:
+    """One synthetic image of side x side patches through the tower (and its merger)."""
+    import torch
+
+    cfg = visual.config
+    patch = int(cfg.patch_size)
+    channels = int(cfg.in_channels) * int(cfg.temporal_patch_size) * patch * patch
+    pixels = torch.randn(side * side, channels, dtype=visual.get_dtype())
+    grid = torch.tensor([[1, side, side]])
+    return visual(pixels, grid_thw=grid)
+
+
+def _positions(rows: int, start: int, length: int) -> torch.Tensor:
+    """M-RoPE positions of text: the same position on all three axes."""
+    import torch
+
+    return torch.arange(start, start + length).expand(3, rows, length)
+
+
+def _decoder_pass(model: Any, rows: int, length: int, cache: Any = None, start: int = 0) -> Any:
+    """`rows` rows of `length` text tokens through the decoder and the head's last column."""
+    import torch
+
+    ids = torch.full((rows, length), TOKEN, dtype=torch.long)
+    return model(
+        input_ids=ids,
+        position_ids=_positions(rows, start, length),
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+
+
+def _step_seconds(model: Any, rows: int, clock: Clock) -> float:
+    """One decode step of `rows` rows after a short prefill: the best of two."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    _decoder_pass(model, rows, STEP_CONTEXT, cache)
+    times = []
+    for i in range(2):
+        start = clock()
+        _decoder_pass(model, rows, 1, cache, STEP_CONTEXT + i)
+        times.append(clock() - start)
+    return min(times)
