@@ -34,7 +34,7 @@ from daemon.common.estimate import (
     vision_cost,
 )
 from daemon.common.live import SLOW_PAGE_SECONDS, EngineFacts, Live, PageEstimate
-from daemon.config.settings import Config, EngineConfig, InboxConfig
+from daemon.config.settings import Config, EngineConfig, load_config
 from daemon.document.page import EngineInfo
 from daemon.jobs.store import Store
 from daemon.service import metrics
@@ -42,19 +42,13 @@ from daemon.service.health import assess
 from daemon.service.status import collect
 from daemon.service.web import status_page
 from daemon.supervisor.supervisor import _engine_facts
+from tests.conftest import write_config
 
 NOW = 1_700_000_000.0
 
-TIMINGS = PassTimings(
-    vision_patches=256,
-    vision_width=1280,
-    vision_seconds=2.0,
-    prefill_tokens=128,
-    prefill_seconds=1.28,
-    step_seconds=0.05,
-    batch_rows=8,
-    batch_step_seconds=0.12,
-)
+# In PassTimings' field order: a 256-patch vision pass of a 1280-wide tower in 2 s, a
+# 128-token prefill in 1.28 s, a decode step in 50 ms at one row and 120 ms at 8 rows.
+TIMINGS = PassTimings(256, 1280, 2.0, 128, 1.28, 0.05, 8, 0.12)
 
 
 # -- the arithmetic --------------------------------------------------------------------
@@ -201,13 +195,11 @@ def test_a_slow_machine_is_told_the_two_ways_out() -> None:
 
 @pytest.fixture()
 def cfg(tmp_path: Path) -> Config:
-    folders = {n: tmp_path / n for n in ("inbox", "outbox", "archive", "failed", "duplicates",
-                                         "state")}
-    for f in folders.values():
-        f.mkdir()
-    return Config(inboxes=(InboxConfig(path=folders["inbox"]),), outbox=folders["outbox"],
-                  archive=folders["archive"], failed=folders["failed"],
-                  duplicates=folders["duplicates"], state_dir=folders["state"])  # fmt: skip
+    """The tests' usual daemon config (conftest), with MinerU as the configured engine."""
+    path = write_config(tmp_path, engine={"name": "mineru", "fallback_engine": "lite"})
+    cfg = load_config(path)
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    return cfg
 
 
 def _live(estimate: PageEstimate) -> Live:

@@ -47,16 +47,10 @@ def time_passes(model: Any, batch_rows: int, clock: Clock = time.perf_counter) -
         step = _step_seconds(model, 1, clock)
         rows = max(1, batch_rows)
         batch_step = step if rows == 1 else _step_seconds(model, rows, clock)
-    return PassTimings(
-        vision_patches=VISION_SIDE * VISION_SIDE,
-        vision_width=int(visual.config.embed_dim),
-        vision_seconds=vision,
-        prefill_tokens=PREFILL_TOKENS,
-        prefill_seconds=prefill,
-        step_seconds=step,
-        batch_rows=rows,
-        batch_step_seconds=batch_step,
-    )
+    # In PassTimings' field order: the vision pass (patches, tower width, seconds), the
+    # prefill (tokens, seconds), the decode steps (one row, rows of a batch, its seconds).
+    patches, width = VISION_SIDE * VISION_SIDE, int(visual.config.embed_dim)
+    return PassTimings(patches, width, vision, PREFILL_TOKENS, prefill, step, rows, batch_step)
 
 
 def _timed(clock: Clock, work: Callable[[], object]) -> float:
