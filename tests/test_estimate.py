@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -42,6 +44,7 @@ from daemon.service.health import assess
 from daemon.service.status import collect
 from daemon.service.web import status_page
 from daemon.supervisor.supervisor import _engine_facts
+from daemon.supervisor.worker_handle import WorkerHandle
 from tests.conftest import write_config
 
 NOW = 1_700_000_000.0
@@ -188,6 +191,18 @@ def test_a_slow_machine_is_told_the_two_ways_out() -> None:
     assert "engine.name: lite" in warning and "engine.runtime: http" in warning
     assert PageEstimate("mineru", SLOW_PAGE_SECONDS, "timed").warning() is None
     assert PageEstimate("lite", None, "n/a").warning() is None
+
+
+def test_the_start_warns_in_the_daemons_log(cfg: Config, caplog: pytest.LogCaptureFixture) -> None:
+    handle = WorkerHandle(cfg, multiprocessing.get_context("spawn"))
+    with caplog.at_level(logging.INFO, logger="docinbox.supervisor"):
+        handle.ready(0.0, EngineInfo("mineru"), 1, PageEstimate("mineru", 100.0, "timed"))
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert "page estimate: ~100 s per typical page" in caplog.text
+        handle.ready(0.0, EngineInfo("mineru"), 1, PageEstimate("mineru", 900.0, "timed"))
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "15 min per typical page" in warning and "engine.name: lite" in warning
+    assert handle.estimate == PageEstimate("mineru", 900.0, "timed")
 
 
 # -- where it is shown -------------------------------------------------------------------

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import platform
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -302,8 +303,6 @@ def not_applicable(engine: EngineConfig) -> str | None:
 
 
 def _when(wall: float) -> str:
-    import time
-
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(wall))
 
 

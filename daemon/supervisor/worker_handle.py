@@ -184,7 +184,11 @@ class WorkerHandle:
         self.pages_in_flight = pages_in_flight
         if self.state is WorkerState.STARTING:  # a stop sent while it loaded still stands
             self._move(WorkerState.IDLE)
-        log.info("worker ready: engine %s (%s)", engine.name, engine.model_id or "no model")
+        log.info("worker ready: engine %s (%s), page estimate: %s", engine.name,
+                 engine.model_id or "no model", estimate.describe() if estimate else "none")
+        warning = estimate.warning() if estimate else None
+        if warning:  # said at every start: the daemon's log is the one users read
+            log.warning("%s", warning)
 
     def busy(self, deadline: float) -> None:
         self._move(WorkerState.BUSY)

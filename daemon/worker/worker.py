@@ -200,12 +200,7 @@ def _estimate(engine: Engine, cfg: Config, engine_name: str) -> PageEstimate | N
     except Exception as exc:
         log.warning("could not time the page estimate: %s: %s", type(exc).__name__, exc)
         return None
-    warning = estimate.warning()
-    if warning:
-        log.warning("%s", warning)
-    else:
-        log.info("page estimate: %s", estimate.describe())
-    return estimate
+    return estimate  # the supervisor logs it, with its warning, in the daemon's log
 
 
 class _Slot:
