@@ -3,16 +3,17 @@
 `time_passes` runs, under inference mode, with the model as the runtime loaded it (its
 precision, its attention kernel, its threads): one vision-tower pass over a synthetic
 16x16-patch image, one decoder prefill of one row, and one decode step at one row and at
-`engine.batch_size` rows (the best of two each). Each is run once untimed at the same shape
-first: the first pass at a new shape pays for oneDNN's kernel generation and the first
-touch of its buffers (a 256-patch bf16 pass took three times its second on a Zen 4 class
-CPU), which a page's hundreds of passes spread thin. The arithmetic
+`engine.batch_size` rows. Each is run once untimed at the same shape first, then timed
+twice, the best kept: the first pass at a new shape pays for oneDNN's kernel generation and
+the first touch of its buffers (a 256-patch bf16 pass took 2-5x the later ones on a Zen 4
+class CPU under load), which a page's hundreds of passes spread thin. The arithmetic
 that turns them into a page is daemon/common/estimate.py's; the clock is injected so tests
 do not sleep.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -40,10 +41,8 @@ def time_passes(model: Any, batch_rows: int, clock: Clock = time.perf_counter) -
 
     visual = model.model.visual
     with torch.inference_mode():
-        _vision_pass(visual, VISION_SIDE)  # warm-up, same shape
-        vision = _timed(clock, lambda: _vision_pass(visual, VISION_SIDE))
-        _decoder_pass(model, 1, PREFILL_TOKENS)  # warm-up, same shape
-        prefill = _timed(clock, lambda: _decoder_pass(model, 1, PREFILL_TOKENS))
+        vision = _best_after_warmup(clock, lambda: _vision_pass(visual, VISION_SIDE))
+        prefill = _best_after_warmup(clock, lambda: _decoder_pass(model, 1, PREFILL_TOKENS))
         step = _step_seconds(model, 1, clock)
         rows = max(1, batch_rows)
         batch_step = step if rows == 1 else _step_seconds(model, rows, clock)
@@ -53,10 +52,16 @@ def time_passes(model: Any, batch_rows: int, clock: Clock = time.perf_counter) -
     return PassTimings(patches, width, vision, PREFILL_TOKENS, prefill, step, rows, batch_step)
 
 
-def _timed(clock: Clock, work: Callable[[], object]) -> float:
-    start = clock()
+def _best_after_warmup(clock: Clock, work: Callable[[], object]) -> float:
+    """`work`'s seconds: run once untimed, then the best of two (the passes that follow a
+    first one at the same shape ran at a steady pace; a busy machine slows some of them)."""
     work()
-    return clock() - start
+    times = []
+    for _ in range(2):
+        start = clock()
+        work()
+        times.append(clock() - start)
+    return min(times)
 
 
 def _vision_pass(visual: Any, side: int) -> object:
@@ -93,14 +98,10 @@ def _decoder_pass(model: Any, rows: int, length: int, cache: Any = None, start: 
 
 
 def _step_seconds(model: Any, rows: int, clock: Clock) -> float:
-    """One decode step of `rows` rows after a short prefill: the best of two."""
+    """One decode step of `rows` rows after a short prefill (each step one position on)."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=model.config)
     _decoder_pass(model, rows, STEP_CONTEXT, cache)
-    times = []
-    for i in range(2):
-        start = clock()
-        _decoder_pass(model, rows, 1, cache, STEP_CONTEXT + i)
-        times.append(clock() - start)
-    return min(times)
+    position = itertools.count(STEP_CONTEXT)
+    return _best_after_warmup(clock, lambda: _decoder_pass(model, rows, 1, cache, next(position)))
