@@ -7,6 +7,7 @@ on how long something took, except that the real timing's passes took some time.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
@@ -15,9 +16,10 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.cli.main import estimate_line
+from daemon.cli.main import cmd_check_config, estimate_line
 from daemon.cli.status_view import render_status
 from daemon.common.estimate import (
     CACHE_FILE,
@@ -277,6 +279,16 @@ def test_check_config_shows_the_cached_figure_or_when_it_comes(cfg: Config) -> N
     assert "warning: engine mineru is estimated at" in estimate_line(cfg)
     lite = dataclasses.replace(cfg, engine=EngineConfig(name="lite"))
     assert "n/a: engine lite" in estimate_line(lite)
+
+
+def test_check_config_show_stays_yaml(cfg: Config, capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(config=str(cfg.source), systemd=False, show=False)
+    assert cmd_check_config(args) == 0
+    assert "\npage estimate (mineru): not measured yet" in capsys.readouterr().out
+    assert cmd_check_config(argparse.Namespace(**{**vars(args), "show": True})) == 0
+    shown = capsys.readouterr().out
+    assert "# page estimate (mineru)" in shown
+    assert yaml.safe_load(shown)["engine"]["name"] == "mineru"
 
 
 # -- timed for real ----------------------------------------------------------------------
