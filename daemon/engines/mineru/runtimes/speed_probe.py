@@ -22,6 +22,7 @@ from daemon.common.estimate import PassTimings
 
 if TYPE_CHECKING:
     import torch
+    from transformers import Qwen2VLForConditionalGeneration
 
 # The timed vision image: 16x16 patches (256: about the median block crop of the typical
 # page, large enough for the GEMMs to run at their pace, small enough for a slow CPU).
@@ -34,9 +35,10 @@ TOKEN = 100  # any id of the vocabulary: the cost does not depend on which
 Clock = Callable[[], float]
 
 
-def time_passes(model: Any, batch_rows: int, clock: Clock = time.perf_counter) -> PassTimings:
-    """Time the passes on `model` (Qwen2VLForConditionalGeneration: Any, reached into by
-    submodule name as the loader does)."""
+def time_passes(
+    model: Qwen2VLForConditionalGeneration, batch_rows: int, clock: Clock = time.perf_counter
+) -> PassTimings:
+    """Time the passes on `model`, as the runtime loaded it."""
     import torch
 
     visual = model.model.visual
