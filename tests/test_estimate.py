@@ -40,12 +40,14 @@ from daemon.common.estimate import (
 from daemon.common.live import SLOW_PAGE_SECONDS, EngineFacts, Live, PageEstimate
 from daemon.config.settings import Config, EngineConfig, load_config
 from daemon.document.page import EngineInfo
+from daemon.document.protocol import Ready
 from daemon.jobs.store import Store
+from daemon.output.publish import Publisher
 from daemon.service import metrics
 from daemon.service.health import assess
 from daemon.service.status import collect
 from daemon.service.web import status_page
-from daemon.supervisor.supervisor import _engine_facts
+from daemon.supervisor.supervisor import Supervisor, _engine_facts
 from daemon.supervisor.worker_handle import WorkerHandle
 from tests.conftest import write_config
 
@@ -232,6 +234,18 @@ def test_the_estimate_travels_through_the_runtime_row() -> None:
     estimate = PageEstimate("mineru", 150.0, "timed 2026-12-05 12:00 UTC, cached")
     assert _live(estimate).engine.estimate == estimate
     assert EngineFacts(name="lite").to_json() == {"name": "lite"}
+
+
+def test_the_supervisor_hands_the_workers_estimate_to_status(cfg: Config) -> None:
+    estimate = PageEstimate("mineru", 150.0, "timed at this start, 2026-12-05 12:00 UTC")
+    store = Store(cfg.db_path)
+    try:
+        sup = Supervisor(cfg, store, Publisher(cfg, store, lambda: NOW), wall=lambda: NOW)
+        assert sup.snapshot().engine.estimate is None
+        sup._handle(0.0, Ready(EngineInfo("mineru", "m"), 1, estimate))
+        assert sup.snapshot().engine.estimate == estimate
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("seconds", [150.0, 600.0])
