@@ -621,7 +621,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(r['recognition_seconds'])} | {_fmt(r['page_seconds'])} "
                 f"| {_ratio(r, ref)} |"
             )
-    lines += estimate_table(paths, settings.get("token_scale", 1.0))
+    lines += estimate_table(paths, settings.get("token_scale", 1.0), plan)
     docs = [r for r in results["paths"] if r["path"] in DOCUMENT_PATHS and "documents" in r]
     if docs:
         unbatched = {
@@ -663,16 +663,25 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def estimate_table(paths: list[dict[str, Any]], token_scale: float) -> list[str]:
+def estimate_table(
+    paths: list[dict[str, Any]], token_scale: float, plan: dict[str, Any]
+) -> list[str]:
     """The estimate the worker would show (typical page, timed before the page) next to the
     page measured: the goal is within ±30 % on the realistic page, text_layer off."""
+    from daemon.common.estimate import TYPICAL_PAGE
+
     rows = [r for r in paths if r.get("estimate_seconds")]
     if not rows:
         return []
+    tokens = tuple(b["tokens"] for b in plan.get("blocks", []) if b["tokens"])
+    typical = (plan.get("layout_tokens"), tokens) == (
+        TYPICAL_PAGE.layout_tokens, TYPICAL_PAGE.block_tokens
+    )
     lines = [
         "",
-        "page estimate (daemon/common/estimate.py, the typical page = this page; timed on "
-        "the loaded model before the page) against the page measured"
+        "page estimate (daemon/common/estimate.py typical page, "
+        + ("= this page" if typical else "NOT this page: not comparable")
+        + "; timed on the loaded model before the page) against the page measured"
         + ("" if token_scale == 1.0 else f" (token scale {token_scale}: not comparable)")
         + ":",
         "",
