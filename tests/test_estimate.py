@@ -26,6 +26,7 @@ from daemon.common.estimate import (
     TYPICAL_PAGE,
     EstimateCache,
     EstimateKey,
+    PassCost,
     PassTimings,
     TypicalPage,
     cached,
@@ -88,6 +89,33 @@ def test_prefill_is_per_prompt_token() -> None:
     assert page.prompt_tokens == (100 + 10) + (10 + 10)
     assert b.prefill == pytest.approx(0.01 * 130)
     assert b.layout_decode == 0 and b.block_decode == 0  # one token each: from the prefill
+
+
+def test_a_pass_has_a_fixed_cost_and_a_rate() -> None:
+    cost = PassCost.fit((10, 1.2), (110, 2.2))  # 1 s a pass whatever its size, 10 ms a unit
+    assert cost.fixed == pytest.approx(1.1) and cost.rate == pytest.approx(0.01)
+    assert cost(1000) == pytest.approx(11.1)
+    # a busy machine made the large pass no slower: all rate, no fixed part
+    assert PassCost.fit((10, 3.0), (110, 2.2)) == PassCost(0.0, 0.02)
+    assert PassCost.fit((0, 0.0), (110, 2.2)) == PassCost(0.0, 0.02)  # no tiny pass timed
+
+
+def test_fixed_costs_count_per_image_and_per_prefill() -> None:
+    # the tiny passes: 16 patches in 0.5 s (fixed 0.5 s a pass) and 8 tokens in 0.2 s
+    base = dataclasses.replace(TIMINGS, vision_base_patches=16, vision_base_seconds=0.5,
+                               prefill_base_tokens=8, prefill_base_seconds=0.2)  # fmt: skip
+    page = TypicalPage(layout_patches=400, crop_patches=(40, 40, 40), layout_tokens=1,
+                       block_tokens=(1, 1, 1), prompt_text_tokens=10)  # fmt: skip
+    vision = PassCost.fit((vision_cost(16, 1280), 0.5), (vision_cost(256, 1280), 2.0))
+    prefill = PassCost.fit((8, 0.2), (128, 1.28))
+    loop = page_breakdown(base, batch_size=2, decode="loop", page=page)
+    assert loop.vision == pytest.approx(
+        vision(vision_cost(400, 1280)) + 3 * vision(vision_cost(40, 1280))
+    )
+    assert loop.prefill == pytest.approx(4 * prefill.fixed + prefill.rate * page.prompt_tokens)
+    # generate(): the layout row alone, then the blocks in batches of 2: three prefills
+    batched = page_breakdown(base, batch_size=2, decode="generate", page=page)
+    assert batched.prefill == pytest.approx(3 * prefill.fixed + prefill.rate * page.prompt_tokens)
 
 
 def test_decode_steps_follow_the_batching() -> None:
@@ -323,6 +351,7 @@ def test_the_worker_times_the_tiny_model_once(cfg: Config, tmp_path: Path) -> No
         assert timings is not None
         assert timings.vision_seconds > 0 and timings.prefill_seconds > 0
         assert timings.step_seconds > 0 and timings.batch_rows == engine_cfg.batch_size
+        assert (timings.vision_base_patches, timings.prefill_base_tokens) == (16, 8)
         first = _estimate(engine, cfg, "mineru")
         assert first is not None and first.seconds is not None and first.seconds > 0
         assert "timed at this start" in first.basis

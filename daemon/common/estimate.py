@@ -1,9 +1,10 @@
 """How long a page will take on this machine, said before the first page.
 
-The worker times two small things once, right after MinerU loads (`PassTimings`: one
-vision-tower pass over a small synthetic image, one decoder prefill, one decode step at
-one row and at `engine.batch_size` rows: seconds in all), and turns them into seconds for
-a typical page (`TYPICAL_PAGE`, the realistic bench's page) with the arithmetic below.
+The worker times a few small passes once, right after MinerU loads (`PassTimings`: the
+vision tower over a small and a tiny synthetic image, a decoder prefill of a short and a
+tiny row, a decode step at one row and at `engine.batch_size` rows: seconds in all), and
+turns them into seconds for a typical page (`TYPICAL_PAGE`, the realistic bench's page)
+with the arithmetic below.
 The timings are kept in the state folder (`EstimateCache`), keyed by everything that
 changes them and is known without loading the model (`EstimateKey`: CPU model, torch's ISA
 caps, torch and docinbox versions, engine settings with the precision asked for), so a
@@ -90,6 +91,13 @@ class PassTimings:
     step_seconds: float  # one decode step of one row
     batch_rows: int  # rows of the batched decode step (engine.batch_size)
     batch_step_seconds: float
+    # The same two passes at a tiny size: what a pass costs whatever its size (one barrier
+    # and dispatch per op, more of them on a busy machine), told apart from the per-patch
+    # and per-token rates. 0 patches/tokens: not timed (every second counted as rate).
+    vision_base_patches: int = 0
+    vision_base_seconds: float = 0.0
+    prefill_base_tokens: int = 0
+    prefill_base_seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -108,6 +116,10 @@ class PassTimings:
                 step_seconds=float(raw["step_seconds"]),
                 batch_rows=int(raw["batch_rows"]),
                 batch_step_seconds=float(raw["batch_step_seconds"]),
+                vision_base_patches=int(raw.get("vision_base_patches", 0)),
+                vision_base_seconds=float(raw.get("vision_base_seconds", 0.0)),
+                prefill_base_tokens=int(raw.get("prefill_base_tokens", 0)),
+                prefill_base_seconds=float(raw.get("prefill_base_seconds", 0.0)),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -163,6 +175,27 @@ def generate_passes(tokens: tuple[int, ...], crops: tuple[int, ...], slots: int)
     return rows
 
 
+@dataclass(frozen=True)
+class PassCost:
+    """Seconds of one pass: a fixed part and a rate per unit of work (patches or tokens)."""
+
+    fixed: float
+    rate: float
+
+    def __call__(self, units: float) -> float:
+        return self.fixed + self.rate * units
+
+    @classmethod
+    def fit(cls, small: tuple[float, float], large: tuple[float, float]) -> PassCost:
+        """Through two timed passes, (units, seconds) each. When the small one is missing or
+        the two disagree (a busy machine made the large one no slower): all rate."""
+        (u0, t0), (u1, t1) = small, large
+        if u0 <= 0 or u1 <= u0 or t1 <= t0:
+            return cls(0.0, t1 / max(u1, 1e-9))
+        rate = (t1 - t0) / (u1 - u0)
+        return cls(max(0.0, t0 - rate * u0), rate)
+
+
 def step_seconds(t: PassTimings, rows: int) -> float:
     """A decode step's seconds at `rows` rows: straight between the two timed steps."""
     if t.batch_rows <= 1:
@@ -174,15 +207,25 @@ def step_seconds(t: PassTimings, rows: int) -> float:
 def page_breakdown(
     t: PassTimings, batch_size: int, decode: str, page: TypicalPage = TYPICAL_PAGE
 ) -> PageBreakdown:
-    """The typical page's seconds from the timed passes (one page alone in the engine)."""
-    per_unit = t.vision_seconds / vision_cost(t.vision_patches, t.vision_width)
-    vision = per_unit * sum(vision_cost(n, t.vision_width) for n in page.images)
-    prefill = t.prefill_seconds / max(t.prefill_tokens, 1) * page.prompt_tokens
+    """The typical page's seconds from the timed passes (one page alone in the engine):
+    one vision pass per image, one prefill per row (the loop) or per batch (generate())."""
+    width = t.vision_width
+    per_image = PassCost.fit(
+        (vision_cost(t.vision_base_patches, width), t.vision_base_seconds),
+        (vision_cost(t.vision_patches, width), t.vision_seconds),
+    )
+    per_prefill = PassCost.fit(
+        (t.prefill_base_tokens, t.prefill_base_seconds), (t.prefill_tokens, t.prefill_seconds)
+    )
     slots = max(1, batch_size)
     if decode == "loop":
         passes = loop_passes(page.block_tokens, slots)
+        prefills = len(page.images)
     else:
         passes = generate_passes(page.block_tokens, page.crop_patches, slots)
+        prefills = 1 + -(-len(page.crop_patches) // slots)
+    vision = sum(per_image(vision_cost(n, width)) for n in page.images)
+    prefill = prefills * per_prefill.fixed + per_prefill.rate * page.prompt_tokens
     return PageBreakdown(
         vision=vision,
         prefill=prefill,

@@ -2,13 +2,16 @@
 
 `time_passes` runs, under inference mode, with the model as the runtime loaded it (its
 precision, its attention kernel, its threads): one vision-tower pass over a synthetic
-16x16-patch image, one decoder prefill of one row, and one decode step at one row and at
-`engine.batch_size` rows. Each is run once untimed at the same shape first, then timed
-twice, the best kept: the first pass at a new shape pays for oneDNN's kernel generation and
-the first touch of its buffers (a 256-patch bf16 pass took 2-5x the later ones on a Zen 4
-class CPU under load), which a page's hundreds of passes spread thin. The arithmetic
-that turns them into a page is daemon/common/estimate.py's; the clock is injected so tests
-do not sleep.
+16x16-patch image and one over 4x4 patches, one decoder prefill of one row of 128 tokens
+and one of 8, and one decode step at one row and at `engine.batch_size` rows. The tiny
+passes tell a pass's fixed cost (the same ops whatever the size: on a busy 2-core machine a
+256-patch pass took 13 s where its per-patch rate said 4) from its rate per patch or token.
+
+Each is run once untimed at the same shape first, then timed twice, the best kept: the
+first pass at a new shape pays for oneDNN's kernel generation and the first touch of its
+buffers (a 256-patch bf16 pass took 2-5x the later ones on a Zen 4 class CPU under load),
+which a page's hundreds of passes spread thin. The arithmetic that turns them into a page
+is daemon/common/estimate.py's; the clock is injected so tests do not sleep.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ if TYPE_CHECKING:
 # The timed vision image: 16x16 patches (256: about the median block crop of the typical
 # page, large enough for the GEMMs to run at their pace, small enough for a slow CPU).
 VISION_SIDE = 16
+# The tiny passes beside them: a pass's cost whatever its size (the same ops, barriers and
+# dispatches for 16 patches as for 4,900), cheap to time.
+BASE_SIDE = 4
+BASE_TOKENS = 8
 PREFILL_TOKENS = 128
 # Context of the decode steps: short, the steps' cost is the weights' (KV reads are ~1 %).
 STEP_CONTEXT = 16
@@ -44,14 +51,18 @@ def time_passes(
     visual = model.model.visual
     with torch.inference_mode():
         vision = _best_after_warmup(clock, lambda: _vision_pass(visual, VISION_SIDE))
+        vision_base = _best_after_warmup(clock, lambda: _vision_pass(visual, BASE_SIDE))
         prefill = _best_after_warmup(clock, lambda: _decoder_pass(model, 1, PREFILL_TOKENS))
+        prefill_base = _best_after_warmup(clock, lambda: _decoder_pass(model, 1, BASE_TOKENS))
         step = _step_seconds(model, 1, clock)
         rows = max(1, batch_rows)
         batch_step = step if rows == 1 else _step_seconds(model, rows, clock)
     # In PassTimings' field order: the vision pass (patches, tower width, seconds), the
-    # prefill (tokens, seconds), the decode steps (one row, rows of a batch, its seconds).
+    # prefill (tokens, seconds), the decode steps (one row, rows of a batch, its seconds),
+    # then the tiny vision pass and prefill (patches or tokens, seconds).
     patches, width = VISION_SIDE * VISION_SIDE, int(visual.config.embed_dim)
-    return PassTimings(patches, width, vision, PREFILL_TOKENS, prefill, step, rows, batch_step)
+    return PassTimings(patches, width, vision, PREFILL_TOKENS, prefill, step, rows, batch_step,
+                       BASE_SIDE * BASE_SIDE, vision_base, BASE_TOKENS, prefill_base)
 
 
 def _best_after_warmup(clock: Clock, work: Callable[[], object]) -> float:
