@@ -50,7 +50,7 @@ from daemon.service.status import collect
 from daemon.service.web import status_page
 from daemon.supervisor.supervisor import Supervisor, _engine_facts
 from daemon.supervisor.worker_handle import WorkerHandle
-from tests.conftest import write_config
+from tests.conftest import DaemonFactory, wait_for, write_config
 
 NOW = 1_700_000_000.0
 
@@ -361,3 +361,29 @@ def test_the_worker_times_the_tiny_model_once(cfg: Config, tmp_path: Path) -> No
         assert again.seconds == first.seconds
     finally:
         engine.close()
+
+
+def test_a_daemon_shows_its_workers_estimate(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
+    """The real path: the worker process times the tiny model after loading it, keeps the
+    timings in the state folder, and the daemon records the figure for `docinbox status`."""
+    from tests.tinymodel import tiny_model_once
+
+    model = tiny_model_once(tmp_path / "tiny")
+    d = daemon_factory(engine={"name": "mineru", "model": str(model), "precision": "fp32",
+                               "fallback_engine": "lite"}).start()  # fmt: skip
+
+    def estimate() -> dict[str, object] | None:
+        info = d.runtime().get("engine_info") or {}
+        found = info.get("estimate") if isinstance(info, dict) else None
+        return found if isinstance(found, dict) else None
+
+    found = wait_for(estimate, 240, "the worker's estimate in the runtime row", d.proc)
+    seconds = found["seconds"]
+    assert isinstance(seconds, float) and seconds > 0, found
+    assert "timed at this start" in str(found["basis"])
+    assert (tmp_path / "state" / CACHE_FILE).is_file()
+    d.stop()
+    assert "page estimate: ~" in d.output()
+
