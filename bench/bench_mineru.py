@@ -35,7 +35,9 @@ Q8_0 GGUF pair of the same random model, in bench/.venv-llama; bench/llama_child
     python bench/bench_mineru.py --realistic --out ~/.cache/docinbox-bench/realistic.json
     python bench/bench_mineru.py --report ~/.cache/docinbox-bench/realistic.json
 
-Results: a JSON file (per path: timings, per-generate-call details, RSS, load info) and
+Results: a JSON file (per path: timings, per-generate-call details, RSS, load info, and
+on the MinerUEngine paths the page estimate the worker would show, timed the worker's way
+on the loaded model before the page: `estimate_seconds`, held against `page_seconds`) and
 Markdown tables on stdout. `--token-scale 0.05` shrinks every forced count for a smoke run.
 """
 
@@ -205,6 +207,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         record["threads"] = info.details["threads"]
         record["batch_size"] = info.details.get("batch_size")
         record["after_load"] = _rss_mb()
+        record.update(engine_estimate(engine))
         local: Any = engine.runtime  # the transformers runtime: its client and generator
         client = local.client
         instrument(client.client.model, client.helper, probe, generator=local.generator)
@@ -248,6 +251,32 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     record["end"] = _rss_mb()
     record["peak_rss_mb"] = record["end"]["peak_rss_mb"]
     return record
+
+
+def engine_estimate(engine: Any) -> dict[str, Any]:
+    """The page estimate the worker would show for this engine (daemon/common/estimate.py),
+    timed the worker's way on the loaded model, before the page: at token scale 1 and
+    text_layer off it is the figure to hold against the measured page seconds (±30 %)."""
+    from daemon.common.estimate import page_breakdown
+
+    t_probe = time.monotonic()
+    timings = engine.time_passes()
+    probe_seconds = round(time.monotonic() - t_probe, 2)
+    if timings is None:
+        return {}
+    cfg = engine.config
+    parts = page_breakdown(timings, cfg.batch_size, cfg.decode)
+    return {
+        "estimate_seconds": round(parts.total, 1),
+        "estimate": {
+            "vision_seconds": round(parts.vision, 1),
+            "prefill_seconds": round(parts.prefill, 1),
+            "layout_decode_seconds": round(parts.layout_decode, 1),
+            "block_decode_seconds": round(parts.block_decode, 1),
+            "probe_seconds": probe_seconds,
+            "timings": timings.to_json(),
+        },
+    }
 
 
 def phases(calls: list[dict[str, Any]], page_seconds: float) -> dict[str, Any]:
@@ -592,6 +621,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_fmt(r['recognition_seconds'])} | {_fmt(r['page_seconds'])} "
                 f"| {_ratio(r, ref)} |"
             )
+    lines += estimate_table(paths, settings.get("token_scale", 1.0), plan)
     docs = [r for r in results["paths"] if r["path"] in DOCUMENT_PATHS and "documents" in r]
     if docs:
         unbatched = {
@@ -631,6 +661,47 @@ def markdown(results: dict[str, Any]) -> str:
                     f"| {_fmt(r['peak_rss_mb'])} | {_load(r)} |"
                 )
     return "\n".join(lines)
+
+
+def estimate_table(
+    paths: list[dict[str, Any]], token_scale: float, plan: dict[str, Any]
+) -> list[str]:
+    """The estimate the worker would show (typical page, timed before the page) next to the
+    page measured: the goal is within ±30 % on the realistic page, text_layer off."""
+    from daemon.common.estimate import TYPICAL_PAGE
+
+    rows = [r for r in paths if r.get("estimate_seconds")]
+    if not rows:
+        return []
+    tokens = tuple(b["tokens"] for b in plan.get("blocks", []) if b["tokens"])
+    typical = (plan.get("layout_tokens"), tokens) == (
+        TYPICAL_PAGE.layout_tokens, TYPICAL_PAGE.block_tokens
+    )
+    lines = [
+        "",
+        "page estimate (daemon/common/estimate.py typical page, "
+        + ("= this page" if typical else "NOT this page: not comparable")
+        + "; timed on the loaded model before the page) against the page measured"
+        + ("" if token_scale == 1.0 else f" (token scale {token_scale}: not comparable)")
+        + ":",
+        "",
+        "| path | estimate s | page s | estimate / page | est. vision s | vision s "
+        "| est. prefill s | LM prefill s | est. decode s | decode s | timing s |",
+        "|" + "---|" * 11,
+    ]
+    for r in rows:
+        est = r["estimate"]
+        ratio = r["estimate_seconds"] / r["page_seconds"] if r.get("page_seconds") else None
+        note = " (text layer on)" if r["path"] == "textlayer" else ""
+        decode = est["layout_decode_seconds"] + est["block_decode_seconds"]
+        lines.append(
+            f"| {r['path']}{note} | {_fmt(r['estimate_seconds'])} | {_fmt(r['page_seconds'])} "
+            f"| {f'{ratio:.2f}×' if ratio else '–'} | {_fmt(est['vision_seconds'])} "
+            f"| {_fmt(r.get('vision_seconds'))} | {_fmt(est['prefill_seconds'])} "
+            f"| {_fmt(r.get('prefill_seconds'))} | {_fmt(decode)} "
+            f"| {_fmt(r.get('decode_seconds'))} | {_fmt(est['probe_seconds'])} |"
+        )
+    return lines
 
 
 def build_plans(args: argparse.Namespace, model_dir: Path) -> dict[str, Any]:

@@ -274,6 +274,37 @@ def page_plan(pdf: Path, page_idx: int, count: QwenCounter | ModelCounter) -> Pa
     )
 
 
+# MinerU2.5's image processor sizes (preprocessor_config.json: shortest_edge/longest_edge
+# in pixels, 14-pixel patches merged 2x2).
+MIN_PIXELS, MAX_PIXELS, PATCH, MERGE = 3136, 1003520, 14, 2
+
+
+def image_patches(image: Any) -> int:
+    """The vision patches the processor makes of `image` (PIL)."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    width, height = image.size
+    h, w = smart_resize(height, width, factor=PATCH * MERGE, min_pixels=MIN_PIXELS,
+                        max_pixels=MAX_PIXELS)  # fmt: skip
+    return int(h // PATCH) * int(w // PATCH)
+
+
+def page_patches(plan: PagePlan, image: Any) -> tuple[int, tuple[int, ...]]:
+    """The layout image's patches and each recognised block crop's, as mineru-vl-utils cuts
+    them from the rendered page (`image`): what daemon/common/estimate.py's TYPICAL_PAGE
+    holds for DEFAULT_PAGE at 200 DPI."""
+    sys.path.insert(0, str(REPO))
+    from mineru_vl_utils.structs import ContentBlock
+
+    from daemon.engines.mineru.engine import make_helper
+
+    helper = make_helper()
+    blocks = [ContentBlock(b.type, [v / 1000 for v in b.bbox]) for b in plan.blocks]
+    crops, _prompts, _params, _indices = helper.prepare_for_extract(image, blocks)
+    layout = image_patches(helper.prepare_for_layout(image))
+    return layout, tuple(image_patches(crop) for crop in crops)
+
+
 def long_document(cache: Path) -> Path:
     """The 12-page document: the first pages of LONG_DOCUMENT_SOURCE, written once."""
     import pypdfium2 as pdfium
@@ -305,6 +336,20 @@ def main() -> int:
     print(
         f"{len(plan.blocks)} blocks, layout {plan.layout_tokens} tokens, blocks "
         f"{sum(b.tokens for b in plan.blocks)} tokens ({plan.counted_with})",
+        file=sys.stderr,
+    )
+    from daemon.config.settings import LimitsConfig
+    from daemon.input.raster import render_page
+    from daemon.input.sniff import inspect
+
+    limits = LimitsConfig()
+    page = render_page(pdf, inspect(pdf, passwords=(), limits=limits), idx, dpi=200,
+                       max_long_side=4000, max_image_pixels=limits.max_image_pixels)  # fmt: skip
+    layout, crops = page_patches(plan, page.image)
+    tokens = tuple(b.tokens for b in plan.blocks if b.tokens and b.type != "image")
+    print(
+        f"at 200 DPI: layout image {layout} patches, crops {crops} ({sum(crops)}), block "
+        f"tokens {tokens}: daemon/common/estimate.py's TYPICAL_PAGE",
         file=sys.stderr,
     )
     return 0

@@ -115,9 +115,24 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             "fails the fidelity gate against fp32 on real trained decoders: README, "
             "Precision); auto, fp32, bf16, mixed, int8 and bf16-int8 pass it"
         )
+    for line in estimate_line(cfg).splitlines():
+        # --show's output stays YAML (scripts read it): the estimate as a comment there.
+        print(f"# {line}" if args.show else line)
     if args.show:
         print(yaml.safe_dump(redacted_dict(cfg), sort_keys=False, allow_unicode=True))
     return ExitCode.OK
+
+
+def estimate_line(cfg: Config) -> str:
+    """The page estimate as the last worker start left it in the state folder; never
+    timed here (that needs the model loaded: seconds and gigabytes, maybe beside a running
+    daemon's own copy)."""
+    from daemon.common.estimate import EstimateCache, cached
+
+    estimate = cached(cfg.engine, EstimateCache.in_state_dir(cfg))
+    line = f"page estimate ({cfg.engine.name}): {estimate.describe()}"
+    warning = estimate.warning()
+    return f"{line}\nwarning: {warning}" if warning else line
 
 
 # The unit's StateDirectory: writable inside the sandbox without being listed.

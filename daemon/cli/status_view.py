@@ -130,6 +130,11 @@ def engine_lines(st: Status) -> list[str]:
             f"  fidelity: decoder top-1 vs fp32 {fidelity[0]:.2f} % (Qwen2.5-0.5B), "
             f"{fidelity[1]:.2f} % (SmolLM2-135M): {verdict} the gate (bench/fidelity.py)"
         )
+    if eng.estimate is not None:
+        out.append(f"  estimate: {eng.estimate.describe()}")
+        warning = eng.estimate.warning()
+        if warning:
+            out.append(f"  SLOW: {warning}")
     if st.fallback_reason:
         out.append(f"  FALLBACK: {st.fallback_reason}")
         out.append(f"  fix: {st.fallback_fix}")

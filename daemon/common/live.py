@@ -52,6 +52,55 @@ def scalars(value: object) -> dict[str, Scalar]:
 
 # -- the parts ------------------------------------------------------------------------
 
+# Above this many seconds per typical page, the start says MinerU is slow here and names
+# the two ways out.
+SLOW_PAGE_SECONDS = 180.0
+WAYS_OUT = (
+    "set engine.name: lite (text layer + OCR, seconds per page), or engine.runtime: http "
+    "with engine.http.server_url (a MinerU server on a faster machine)"
+)
+
+@dataclass(frozen=True)
+class PageEstimate:
+    """What every surface shows of the page estimate (daemon/common/estimate.py): seconds
+    per typical page on this machine, or why there is no figure."""
+
+    engine: str
+    seconds: float | None  # None: not applicable to this engine or runtime (`basis` says why)
+    basis: str  # how it was got: timed now, read from the cache, or why none
+
+    @property
+    def slow(self) -> bool:
+        return self.seconds is not None and self.seconds > SLOW_PAGE_SECONDS
+
+    def warning(self) -> str | None:
+        """The start's warning when MinerU would take minutes per page here."""
+        if not self.slow or self.seconds is None:
+            return None
+        return (
+            f"engine {self.engine} is estimated at {self.seconds / 60:.0f} min per typical "
+            f"page on this machine; for faster pages {WAYS_OUT}"
+        )
+
+    def describe(self) -> str:
+        if self.seconds is None:
+            return self.basis
+        return f"~{self.seconds:,.0f} s per typical page ({self.basis})"
+
+    def to_json(self) -> dict[str, object]:
+        return {"engine": self.engine, "seconds": self.seconds, "basis": self.basis}
+
+    @classmethod
+    def from_json(cls, raw: object) -> PageEstimate | None:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("basis"), str):
+            return None
+        seconds = raw.get("seconds")
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            seconds = None
+        return cls(str(raw.get("engine") or ""), seconds, raw["basis"])
+
+
+
 
 @dataclass(frozen=True)
 class EngineFacts:
@@ -63,6 +112,8 @@ class EngineFacts:
     precision: str | None = None
     details: Mapping[str, Scalar] = field(default_factory=dict)
     loaded: bool = False
+    # Seconds per typical page on this machine, as the worker timed (or read) it at start.
+    estimate: PageEstimate | None = None
 
     @property
     def runtime(self) -> str | None:
@@ -83,6 +134,7 @@ class EngineFacts:
             "revision": self.revision,
             "precision": self.precision,
             "details": dict(self.details),
+            "estimate": self.estimate.to_json() if self.estimate else None,
         }
 
     @classmethod
@@ -98,6 +150,7 @@ class EngineFacts:
             precision=_str(info.get("precision")),
             details=scalars(info.get("details")),
             loaded=True,
+            estimate=PageEstimate.from_json(info.get("estimate")),
         )
 
 

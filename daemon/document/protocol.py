@@ -9,7 +9,7 @@ The conversation, one document at a time:
 
     supervisor                         worker
     ----------                         ------
-                                 <-    Ready(engine) | Unavailable(message, hint)
+                                 <-    Ready(engine, estimate) | Unavailable(message, hint)
     Inspect(job, path)           ->
                                  <-    Inspected(job, kind, format, page_count) | DocError
     ParsePage(job, path, page,   ->    (renders the lookahead pages in the background)
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from daemon.common.live import PageEstimate
 from daemon.document.page import Block, Crop, EngineInfo, Json, PageOptions
 
 # -- supervisor -> worker ---------------------------------------------------------------
@@ -76,6 +77,8 @@ class Ready:
     # How many pages the engine parses at once (its max_pages_in_flight): the supervisor
     # names at least that many pages ahead, so they can all be in flight.
     pages_in_flight: int = 1
+    # Seconds per typical page on this machine (daemon/common/estimate.py), or why none.
+    estimate: PageEstimate | None = None
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,17 @@ def _engine_metrics(st: Status) -> Iterable[Metric]:
         },
     )
     yield einfo
+    estimate = engine.estimate
+    if estimate is not None and estimate.seconds is not None:
+        gauge = GaugeMetricFamily(
+            "docinbox_estimated_page_seconds",
+            "Seconds per typical page the loaded engine is estimated at on this machine, "
+            "timed at the worker's first start (the realistic bench's page).",
+            labels=["engine"],
+        )
+        gauge.add_metric([estimate.engine or engine.name or st.configured_engine],
+                         estimate.seconds)
+        yield gauge
 
 
 def _queue_metrics(st: Status, q: Queue) -> Iterable[Metric]:

@@ -406,12 +406,14 @@ class Status:
     def to_json(self) -> dict[str, object]:
         """`docinbox status --json` (and the page's /status.json)."""
         live, w, q = self.live, self.worker, self.queue
+        estimate = self.engine.estimate
         return {
             "running": self.running,
             "pid": live.pid if live and self.running else None,
             "version": live.version if live else None,
             "uptime": self.uptime,
             "engine": self.engine.to_json(),
+            "estimated_page_seconds": estimate.seconds if estimate else None,
             "configured_engine": self.configured_engine,
             "fallback_reason": self.fallback_reason,
             "fatal": self.fatal,

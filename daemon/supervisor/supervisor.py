@@ -28,7 +28,7 @@ import multiprocessing
 from collections.abc import Callable
 
 from daemon.common.errors import FailureKind
-from daemon.common.live import EngineFacts, Phase, SupervisorFacts, scalars
+from daemon.common.live import EngineFacts, PageEstimate, Phase, SupervisorFacts, scalars
 from daemon.config.settings import Config
 from daemon.document.page import EngineInfo
 from daemon.document.protocol import (
@@ -50,13 +50,16 @@ from daemon.supervisor.worker_handle import Crashed, Overdue, ProcessContext, Wo
 log = logging.getLogger("docinbox.supervisor")
 
 
-def _engine_facts(info: EngineInfo | None, name: str) -> EngineFacts:
-    """What status shows of the engine: the worker's EngineInfo once it is ready, else
-    only the name it is starting."""
+def _engine_facts(
+    info: EngineInfo | None, name: str, estimate: PageEstimate | None = None
+) -> EngineFacts:
+    """What status shows of the engine: the worker's EngineInfo (and its page estimate)
+    once it is ready, else only the name it is starting."""
     if info is None:
         return EngineFacts(name=name)
     return EngineFacts(name=info.name or name, model_id=info.model_id, revision=info.revision,
-                       precision=info.precision, details=scalars(info.details), loaded=True)
+                       precision=info.precision, details=scalars(info.details), loaded=True,
+                       estimate=estimate)
 
 
 class Supervisor:
@@ -186,7 +189,7 @@ class Supervisor:
         """Facts for status, health and metrics."""
         run = self.current
         return SupervisorFacts(
-            engine=_engine_facts(self.worker.engine, self.choice.name),
+            engine=_engine_facts(self.worker.engine, self.choice.name, self.worker.estimate),
             fallback_reason=self.choice.fallback_reason,
             fatal=self.fatal_message,
             worker=self.worker.facts(self.choice.switches),
@@ -281,8 +284,8 @@ class Supervisor:
             case Heartbeat(peak_rss=peak):
                 worker.peak_rss = max(worker.peak_rss, peak)
                 return
-            case Ready(engine=engine, pages_in_flight=in_flight):
-                worker.ready(now, engine, in_flight)
+            case Ready(engine=engine, pages_in_flight=in_flight, estimate=estimate):
+                worker.ready(now, engine, in_flight, estimate)
                 return
             case Unavailable(message=message, hint=hint):
                 self._on_unavailable(now, message, hint)

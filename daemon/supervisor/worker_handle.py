@@ -22,7 +22,7 @@ from typing import Protocol
 
 import psutil
 
-from daemon.common.live import Phase, WorkerFacts
+from daemon.common.live import PageEstimate, Phase, WorkerFacts
 from daemon.config.settings import Config
 from daemon.document.page import EngineInfo
 from daemon.document.protocol import Reply, Request, Stop
@@ -133,6 +133,7 @@ class WorkerHandle:
         self.rss = 0
         self.peak_rss = 0
         self.engine: EngineInfo | None = None  # what the last worker loaded
+        self.estimate: PageEstimate | None = None  # its seconds per typical page here
         self.pages_in_flight = 1  # pages the worker's engine parses at once
         self.spawned_with: Config | None = None  # the config the worker holds a copy of
         self.fatal: Fatal | None = None
@@ -173,13 +174,21 @@ class WorkerHandle:
         self.spawned_with = self.cfg
         log.info("worker started (pid %s, engine %s)", proc.pid, engine)
 
-    def ready(self, now: float, engine: EngineInfo, pages_in_flight: int) -> None:
+    def ready(
+        self, now: float, engine: EngineInfo, pages_in_flight: int,
+        estimate: PageEstimate | None = None,
+    ) -> None:
         self.engine = engine
+        self.estimate = estimate
         self.idle_since = now
         self.pages_in_flight = pages_in_flight
         if self.state is WorkerState.STARTING:  # a stop sent while it loaded still stands
             self._move(WorkerState.IDLE)
-        log.info("worker ready: engine %s (%s)", engine.name, engine.model_id or "no model")
+        log.info("worker ready: engine %s (%s), page estimate: %s", engine.name,
+                 engine.model_id or "no model", estimate.describe() if estimate else "none")
+        warning = estimate.warning() if estimate else None
+        if warning:  # said at every start: the daemon's log is the one users read
+            log.warning("%s", warning)
 
     def busy(self, deadline: float) -> None:
         self._move(WorkerState.BUSY)

@@ -43,6 +43,7 @@ from daemon.document.protocol import (
 )
 
 if TYPE_CHECKING:  # the engine, sniffing and the pipeline are loaded in the worker only
+    from daemon.common.live import PageEstimate
     from daemon.document.page import Engine
     from daemon.input.sniff import DocumentInfo
     from daemon.worker.pipeline import PagePipeline
@@ -177,8 +178,29 @@ def _load_engine(chan: _Channel, cfg: Config, engine_name: str) -> Engine | None
             )
         )
         return None
-    chan.send(Ready(info, pages_in_flight(engine)))
+    chan.send(Ready(info, pages_in_flight(engine), _estimate(engine, cfg, engine_name)))
     return engine
+
+
+def _estimate(engine: Engine, cfg: Config, engine_name: str) -> PageEstimate | None:
+    """Seconds per typical page for the loaded engine: cached in the state folder, else
+    timed now on the model (seconds; once per machine, precision and settings). A failed
+    timing costs the figure, never the worker."""
+    import dataclasses
+
+    from daemon.common.estimate import EstimateCache, resolve
+
+    settings = dataclasses.replace(cfg.engine, name=engine_name)
+    timer = getattr(engine, "time_passes", None)
+    try:
+        estimate = resolve(
+            settings, EstimateCache.in_state_dir(cfg), timer if callable(timer) else None,
+            time.time,
+        )
+    except Exception as exc:
+        log.warning("could not time the page estimate: %s: %s", type(exc).__name__, exc)
+        return None
+    return estimate  # the supervisor logs it, with its warning, in the daemon's log
 
 
 class _Slot:

@@ -61,6 +61,7 @@ from daemon.engines.mineru.runtimes.base import (
 )
 
 if TYPE_CHECKING:
+    from daemon.common.estimate import PassTimings
     from daemon.config.settings import EngineConfig
     from daemon.document.page import TextLine
 
@@ -517,6 +518,15 @@ class MinerUEngine:
             raise RuntimeError("MinerUEngine.parse_page() before load()")
         with runtime.page():
             return run_page(page, options, progress, runtime)
+
+    def time_passes(self) -> PassTimings | None:
+        """The page estimate's passes, timed on the loaded model; None where the model is
+        not here to time (a server, llama.cpp)."""
+        from daemon.common.estimate import PassTimings
+
+        timer = getattr(self._runtime, "time_passes", None)
+        timings = timer() if callable(timer) else None
+        return timings if isinstance(timings, PassTimings) else None
 
     def close(self) -> None:
         if self._runtime is not None:

@@ -28,6 +28,7 @@ from daemon.engines.mineru.runtimes.base import (
 )
 
 if TYPE_CHECKING:
+    from daemon.common.estimate import PassTimings
     from daemon.config.settings import EngineConfig
     from daemon.engines.mineru.runtimes.decode_loop import LoopGenerator
     from daemon.engines.mineru.runtimes.drafts import DraftSource
@@ -111,6 +112,12 @@ class TransformersRuntime:
 
         with torch.inference_mode(), self.batcher.page():
             yield
+
+    def time_passes(self) -> PassTimings:
+        """The passes the page estimate is built from, timed on this model (seconds)."""
+        from daemon.engines.mineru.runtimes.speed_probe import time_passes
+
+        return time_passes(self.loaded.model, self.generator.batch_size)
 
     def close(self) -> None:
         """Nothing to stop: the worker process exits or recycles soon after."""

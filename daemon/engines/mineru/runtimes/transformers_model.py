@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
+from daemon.common.cpus import isa_caps as isa_caps  # re-exported: the benches read it here
 from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig
@@ -194,17 +195,6 @@ def cpu_flags() -> set[str]:
             return set(line.partition(":")[2].split())
     return set()
 
-
-# The environment variables that cap the instruction sets torch's CPU kernels use: ATen's
-# own kernels, oneDNN's (bf16 GEMMs, convolutions) and MKL's (fp32 GEMMs: not capped by the
-# first two). All three reproduce an older CPU on a newer one; the benches record them.
-ISA_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-
-
-def isa_caps(env: dict[str, str] | os._Environ[str] | None = None) -> dict[str, str]:
-    """The ISA caps set in `env` (default: this process's environment), by variable."""
-    env = os.environ if env is None else env
-    return {name: env[name] for name in ISA_CAP_VARIABLES if name in env}
 
 # Values of torch's own ISA caps under which it no longer uses native bf16 instructions.
 _ATEN_NO_BF16 = {"default", "avx2"}
