@@ -44,7 +44,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -247,6 +247,22 @@ def cer(reading: str, truth: str) -> float:
     return Levenshtein.distance(reading, truth) / max(1, len(truth))
 
 
+def cer_over(reading: str, truth: str, share: float) -> float:
+    """The reading's CER over the first `share` of the truth (the part a capped row wrote):
+    the edits that touch it, per character of it."""
+    from rapidfuzz.distance import Levenshtein
+
+    n = max(1, round(len(truth) * min(1.0, share)))
+    edits = sum(op.src_pos < n for op in Levenshtein.editops(truth, reading))
+    return edits / n
+
+
+def written_share(tokens: int, source: Sequence[int]) -> float:
+    """The share of the block a row of `tokens` tokens wrote: as many of the source's
+    tokens (a copy writes about the source's tokens; its end-of-turn counts for nothing)."""
+    return min(1.0, tokens / max(1, len(source)))
+
+
 def cer_bucket(value: float) -> str:
     for bound, name in ((0.0, "0 %"), (0.01, "< 1 %"), (0.03, "1-3 %"), (0.07, "3-7 %")):
         if value <= bound if bound == 0.0 else value < bound:
@@ -409,6 +425,7 @@ class Row:
     kind: str
     draft: str  # own output | source | ocr <scan> | prompt lookup
     cer: float | None  # the reading's CER against a perfect reading (None: not a reading)
+    cer_decoded: float | None  # the same over the part of the block the row wrote
     policy: str
     tokens: int
     passes: int
@@ -421,7 +438,7 @@ class Row:
     @property
     def bucket(self) -> str:
         if self.draft.startswith("ocr "):
-            return f"OCR {cer_bucket(self.cer or 0.0)}"
+            return f"OCR {cer_bucket(self.cer_decoded or 0.0)}"
         return self.draft
 
 
@@ -431,6 +448,7 @@ class Readings:
 
     texts: dict[str, str] = field(default_factory=dict)
     cers: dict[str, float] = field(default_factory=dict)
+    greedy: str = ""  # what the model wrote (plain greedy), for the JSON
 
 
 @dataclass(frozen=True)
@@ -440,6 +458,7 @@ class Draft:
     make: Callable[[], DraftSource]
     key: tuple[int, ...] | None  # the draft's tokens: equal drafts are decoded once
     policies: tuple[str, ...] = ()  # only these policies (empty: every chosen one)
+    within: float | None = None  # its CER over the part of the block the row writes
 
 
 def measure_sample(
@@ -460,7 +479,7 @@ def measure_sample(
 
     def external(name: str, text: str, value: float | None) -> Draft:
         tokens = encode(text)
-        return Draft(name, value, lambda: ExternalDraft(tokens), tuple(tokens))
+        return Draft(name, value, lambda: ExternalDraft(tokens), tuple(tokens), within=value)
 
     inputs = text_inputs(prompt_ids(tokenizer, Prompt(sample.name, sample.source)))
     eos = stop_ids(tokenizer)
@@ -470,11 +489,16 @@ def measure_sample(
     reference = greedy(model, inputs, cap)
     log(f"  {sample.name}: greedy {len(reference.tokens)} tokens in {reference.seconds:.1f} s")
     own = tuple(reference.tokens)
+    readings.greedy = tokenizer.decode(reference.tokens, skip_special_tokens=True)
+    # A capped row writes the start of the block: a reading's errors past it cost nothing.
+    share = written_share(len(reference.tokens), encode(sample.source))
+    truth = reading_truth(sample)
     drafts = [
         # The ceiling: every draft token right (K=12 alone is enough to show it).
         Draft("own output", None, lambda: ExternalDraft(own), own, ("fixed K=12",)),
         external("source", sample.source, 0.0),
-        *(external(f"ocr {scan}", text, readings.cers[scan])
+        *(replace(external(f"ocr {scan}", text, readings.cers[scan]),
+                  within=round(cer_over(text, truth, share), 4))
           for scan, text in readings.texts.items()),
         # What the engine drafts for a block without a text layer (the engine's policy).
         Draft("prompt lookup", None, PromptLookup, None, (chosen[0].name,)),
@@ -492,7 +516,8 @@ def measure_sample(
                 if key:
                     done[key] = run
             row = Row(
-                sample.name, sample.kind, draft.name, draft.cer, policy.name, len(run.tokens),
+                sample.name, sample.kind, draft.name, draft.cer, draft.within, policy.name,
+                len(run.tokens),
                 run.passes, run.proposed, run.accepted, run.tokens == reference.tokens,
                 round(run.seconds, 1), round(reference.seconds, 1),
             )  # fmt: skip
@@ -546,8 +571,9 @@ def summary(rows: Sequence[Row]) -> list[dict[str, Any]]:
 
 def tables(rows: Sequence[Row], groups: Sequence[Mapping[str, Any]]) -> str:
     lines = [
-        "| kind | draft (CER bucket) | K policy | runs | tokens | passes | tokens/pass "
-        "| passes/token (greedy 1.000) | accepted/proposed | identical to greedy |",
+        "| kind | draft (OCR: CER bucket of the part written) | K policy | runs | tokens "
+        "| passes | tokens/pass | passes/token (greedy 1.000) | accepted/proposed "
+        "| identical to greedy |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
@@ -558,18 +584,22 @@ def tables(rows: Sequence[Row], groups: Sequence[Mapping[str, Any]]) -> str:
         )
     lines += [
         "",
-        "| sample | draft | CER | K policy | tokens | passes | tokens/pass | accepted/proposed "
-        "| identical | s (greedy s) |",
+        "| sample | draft | CER (written part / whole) | K policy | tokens | passes "
+        "| tokens/pass | accepted/proposed | identical | s (greedy s) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.sample} | {r.draft} | {'–' if r.cer is None else f'{100 * r.cer:.1f} %'} "
+            f"| {r.sample} | {r.draft} | {percent(r.cer_decoded)} / {percent(r.cer)} "
             f"| {r.policy} | {r.tokens} | {r.passes} | {r.tokens / max(1, r.passes):.2f} "
             f"| {r.accepted}/{r.proposed} | {'yes' if r.identical else 'NO'} "
             f"| {r.seconds:.0f} ({r.greedy_seconds:.0f}) |"
         )
     return "\n".join(lines)
+
+
+def percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f} %"
 
 
 def check_wrapper(causal: Any, model: Any, ids: Sequence[int]) -> float:
