@@ -443,31 +443,40 @@ def quality(
         if not path.is_file() or not truth_path.is_file():
             print(f"skip {case.file}: missing", file=sys.stderr)
             continue
-        load_before = loadavg()
-        markdown, seconds, infos, per_page = run_document(engine, path, dpi)
-        hyp = normalise(markdown)
-        ref = normalise(truth_path.read_text(encoding="utf-8"))
-        if case.truth_covers_more:
-            score = windowed_cer([normalise(p) for p in per_page], ref)
-        else:
-            score = cer(hyp, ref)
-        row = {
-            "file": case.file,
-            "group": case.group,
-            "cer": round(score, 4),
-            "order": round(order_score(hyp, ref), 3),
-            "pages": len(seconds),
-            "s_per_page": round(statistics.mean(seconds), 2) if seconds else 0.0,
-            "loadavg": load_before,
-            "angles": [i.get("orientation", {}).get("angle") for i in infos],
-            "dropped": [i.get("dropped_lines") for i in infos],
-            "upright_of": case.upright_of,
-        }
+        row, hyp = score_document(
+            engine, path, truth_path, dpi, name=case.file, group=case.group,
+            windowed=case.truth_covers_more,
+        )
+        row["upright_of"] = case.upright_of
         if case.known_text:
             row["cer_known_text"] = round(cer(hyp, normalise(case.known_text)), 4)
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def score_document(
+    engine: Any, path: Path, truth: Path, dpi: int, *, name: str, group: str,
+    windowed: bool = False,
+) -> tuple[dict[str, Any], str]:
+    """The row of one document read against its ground truth, and the output compared."""
+    load_before = loadavg()
+    markdown, seconds, infos, per_page = run_document(engine, path, dpi)
+    hyp = normalise(markdown)
+    ref = normalise(truth.read_text(encoding="utf-8"))
+    score = windowed_cer([normalise(p) for p in per_page], ref) if windowed else cer(hyp, ref)
+    row = {
+        "file": name,
+        "group": group,
+        "cer": round(score, 4),
+        "order": round(order_score(hyp, ref), 3),
+        "pages": len(seconds),
+        "s_per_page": round(statistics.mean(seconds), 2) if seconds else 0.0,
+        "loadavg": load_before,
+        "angles": [i.get("orientation", {}).get("angle") for i in infos],
+        "dropped": [i.get("dropped_lines") for i in infos],
+    }
+    return row, hyp
 
 
 REALSCANS = REPO / "bench" / "realscans"
@@ -477,25 +486,11 @@ def realscan_quality(engine: Any, dpi: int) -> list[dict[str, Any]]:
     """The real scans with their human transcriptions (`bench/realscans/`)."""
     rows: list[dict[str, Any]] = []
     images = sorted((REALSCANS / "images").glob("*")) if (REALSCANS / "images").is_dir() else []
-    for image in images:
+    for image in images:  # each has its transcription (tests/house/test_realscans.py)
         truth = REALSCANS / "truth" / f"{image.stem}.txt"
-        if not truth.is_file():
-            print(f"skip {image.name}: no transcription", file=sys.stderr)
-            continue
-        load_before = loadavg()
-        markdown, seconds, infos, _ = run_document(engine, image, dpi)
-        hyp = normalise(markdown)
-        ref = normalise(truth.read_text(encoding="utf-8"))
-        row = {
-            "file": f"realscans/{image.name}",
-            "group": "real scans",
-            "cer": round(cer(hyp, ref), 4),
-            "order": round(order_score(hyp, ref), 3),
-            "pages": len(seconds),
-            "s_per_page": round(statistics.mean(seconds), 2) if seconds else 0.0,
-            "loadavg": load_before,
-            "angles": [i.get("orientation", {}).get("angle") for i in infos],
-        }
+        row, _ = score_document(
+            engine, image, truth, dpi, name=f"realscans/{image.name}", group="real scans"
+        )
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
