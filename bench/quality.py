@@ -26,8 +26,9 @@ ground truth's sentences found in the output in their order (the longest run in 
 over the sentences, located by fuzzy alignment).
 
 Real scans (`bench/realscans/`, in this repository): scanned pages with a human
-transcription from public ground-truth sets (typewritten two-column pages, a book page
-photographed at 400 dpi, bilevel 300 dpi book pages); MANIFEST.tsv there names each
+transcription from public ground-truth sets (typewritten two-column pages, a printed
+two-column page with footnotes, a diary page photographed at 400 dpi, bilevel 300 dpi book
+pages); MANIFEST.tsv there names each
 file's source, commit and licence, and make.py how the transcription became plain text in
 reading order. They are their own group, "real scans", with CER and the reading-order score.
 

@@ -1,24 +1,28 @@
 """Rebuild bench/realscans/ from the source repositories' files (provenance, not a test).
 
-    python bench/realscans/make.py TAPUSCORPUS_DIR GT_STRUCTURE_TEXT_DIR
+    python bench/realscans/make.py TAPUSCORPUS_DIR GT_STRUCTURE_TEXT_DIR FONDUE_EN_PRINT_20_DIR
 
 Each directory is a checkout (or extracted snapshot) of the commit named in MANIFEST.tsv.
 What it converts, so the ground truth can be checked against the sources:
 
-- ALTO (tapuscorpus): the typewritten lines of every TextBlock, top to bottom, joined by
-  spaces. Blocks in reading order: the columns are the blocks the corpus marks MainZone that
-  are at least a tenth of the page high; the other blocks (a title, the page number, a margin
-  note) that start above the columns come first, by their top edge; then the columns left to
-  right; then the rest by their top edge. Handwritten lines (line type
-  "Handwritten") and the corpus's marks are dropped: `~~~` (a handwritten word), the `_` before
-  an underlined word, the `^` before a superscript.
+- ALTO (tapuscorpus, FONDUE-EN-PRINT-20): the typewritten or printed lines of every
+  TextBlock, top to bottom, joined by spaces. Blocks in reading order: the columns are the
+  blocks the corpus marks MainZone that are at least a tenth of the page high; the other
+  blocks (a title, the page number, a running head, a margin note) that start above the
+  columns come first, by their top edge; then the columns left to right; then the rest by
+  their top edge. Handwritten lines (line type "Handwritten") and the tapuscorpus marks are
+  dropped: `~~~` (a handwritten word), the `_` before an underlined word, the `^` before a
+  superscript.
 - PAGE (gt_structure_text): the TextLine transcriptions of each region, top to bottom (the
   file stores some out of order), regions in the PAGE reading order (the region-level
   TextEquiv repeats the lines and is not used).
-- Both: a word hyphenated at a line end followed by a lower-case letter is joined ("ser-" +
+- All: a word hyphenated at a line end followed by a lower-case letter is joined ("ser-" +
   "rait" -> "serait"), as a reader (and the engine) reads it; other line-end hyphens stay.
-- Images: the JPEGs are copied byte for byte; the bilevel 600 dpi TIFFs are downscaled to
-  300 dpi (box filter, threshold at half) and stored as 1-bit PNG with their resolution.
+  FONDUE marks a line-end hyphen `¬`: read as `-` for this.
+- Images: the JPEGs are copied byte for byte (the UN page's JPEG says 72 dpi, which is not
+  the scan's resolution; the bench reads images at their pixel size). The bilevel 600 dpi
+  TIFFs are downscaled to 300 dpi (box filter, threshold at half) and stored as 1-bit PNG
+  with their resolution.
 """
 
 from __future__ import annotations
@@ -41,6 +45,9 @@ TAPUS = {
         "data/europeana-random-selection/2020601_https___1914_1918_europeana_eu_contributions_10763"
     ),
 }
+FONDUE = {
+    "fondue-un-a-res-44-192-p2": "data/A_RES_44_192-EN/A_RES_44_192-EN_2",
+}
 DTA = {
     "dta-bebel-frau-1879-0146": "data/bebel_frau_1879/GT-PAGE/bebel_frau_1879_0146",
     "dta-bebel-frau-1879-0168": "data/bebel_frau_1879/GT-PAGE/bebel_frau_1879_0168",
@@ -52,7 +59,7 @@ _PAGE = "{http://schema.primaresearch.org/PAGE/gts/pagecontent/2019-07-15}"
 
 def join_lines(lines: list[str]) -> str:
     text = ""
-    for line in (x.strip() for x in lines):
+    for line in (x.strip().replace("¬", "-") for x in lines):
         if not line:
             continue
         if re.search(r"[^\W\d_]-$", text) and line[:1].islower():
@@ -128,14 +135,16 @@ def bilevel_300(src: Path, dst: Path) -> None:
 
 
 def main() -> None:
-    tapus, dta = Path(sys.argv[1]), Path(sys.argv[2])
+    tapus, dta, fondue = (Path(a) for a in sys.argv[1:4])
     (HERE / "images").mkdir(exist_ok=True)
     (HERE / "truth").mkdir(exist_ok=True)
-    for name, stem in TAPUS.items():
-        found = (tapus / stem).parent.glob(Path(stem).name + ".*")
+    for name, stem, root in [(*x, tapus) for x in TAPUS.items()] + [
+        (*x, fondue) for x in FONDUE.items()
+    ]:
+        found = (root / stem).parent.glob(Path(stem).name + ".*")
         image = next(p for p in found if p.suffix in (".jpg", ".jpeg"))
         shutil.copyfile(image, HERE / "images" / f"{name}.jpg")
-        text = alto_text(tapus / f"{stem}.xml")
+        text = alto_text(root / f"{stem}.xml")
         (HERE / "truth" / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
     for name, stem in DTA.items():
         bilevel_300(dta / f"{stem}.tif", HERE / "images" / f"{name}.png")
