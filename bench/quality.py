@@ -3,6 +3,7 @@
     python bench/quality.py [--corpus ../shared/corpus] [--json out.json]
     python bench/quality.py --orientation-study      # ocr vs tiles orientation detectors
     python bench/quality.py --only magazine --order plain   # plain XY-cut, for comparison
+    python bench/quality.py --only realscans       # the real scans with human transcriptions
 
 Order-sensitive CER: Levenshtein distance between the engine's Markdown and the ground truth,
 divided by the ground truth's length, after both are reduced to their words (Markdown marks,
@@ -23,6 +24,13 @@ side as a spread; rendered at 200-300 dpi, turned 0.3-0.7 degrees, blurred, grai
 JPEG-compressed. Besides CER each page gets a reading-order score: the share of the
 ground truth's sentences found in the output in their order (the longest run in order
 over the sentences, located by fuzzy alignment).
+
+Real scans (`bench/realscans/`, in this repository): scanned pages with a human
+transcription from public ground-truth sets (typewritten two-column pages, a printed
+two-column page with footnotes, a diary page photographed at 400 dpi, bilevel 300 dpi book
+pages); MANIFEST.tsv there names each
+file's source, commit and licence, and make.py how the transcription became plain text in
+reading order. They are their own group, "real scans", with CER and the reading-order score.
 
 The study rotates every scanned corpus page with ground truth, plus the born-digital ones
 rendered as images, by 0/90/180/270 degrees and reports how often each detector finds the
@@ -428,37 +436,78 @@ def quality(
     rows: list[dict[str, Any]] = []
     if only in ("all", "magazine"):
         rows += magazine_quality(engine, corpus)
+    if only in ("all", "realscans"):
+        rows += realscan_quality(engine, dpi)
     for case in CASES if only in ("all", "corpus") else ():
         path = corpus / case.file
         truth_path = corpus / "groundtruth" / case.truth
         if not path.is_file() or not truth_path.is_file():
             print(f"skip {case.file}: missing", file=sys.stderr)
             continue
-        load_before = loadavg()
-        markdown, seconds, infos, per_page = run_document(engine, path, dpi)
-        hyp = normalise(markdown)
-        ref = normalise(truth_path.read_text(encoding="utf-8"))
-        if case.truth_covers_more:
-            score = windowed_cer([normalise(p) for p in per_page], ref)
-        else:
-            score = cer(hyp, ref)
-        row = {
-            "file": case.file,
-            "group": case.group,
-            "cer": round(score, 4),
-            "order": round(order_score(hyp, ref), 3),
-            "pages": len(seconds),
-            "s_per_page": round(statistics.mean(seconds), 2) if seconds else 0.0,
-            "loadavg": load_before,
-            "angles": [i.get("orientation", {}).get("angle") for i in infos],
-            "dropped": [i.get("dropped_lines") for i in infos],
-            "upright_of": case.upright_of,
-        }
+        row, hyp = score_document(
+            engine, path, truth_path, dpi, name=case.file, group=case.group,
+            windowed=case.truth_covers_more,
+        )
+        row["upright_of"] = case.upright_of
         if case.known_text:
             row["cer_known_text"] = round(cer(hyp, normalise(case.known_text)), 4)
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def score_document(
+    engine: Any, path: Path, truth: Path, dpi: int, *, name: str, group: str,
+    windowed: bool = False,
+) -> tuple[dict[str, Any], str]:
+    """The row of one document read against its ground truth, and the output compared."""
+    load_before = loadavg()
+    markdown, seconds, infos, per_page = run_document(engine, path, dpi)
+    hyp = normalise(markdown)
+    ref = normalise(truth.read_text(encoding="utf-8"))
+    score = windowed_cer([normalise(p) for p in per_page], ref) if windowed else cer(hyp, ref)
+    row = {
+        "file": name,
+        "group": group,
+        "cer": round(score, 4),
+        "order": round(order_score(hyp, ref), 3),
+        "pages": len(seconds),
+        "s_per_page": round(statistics.mean(seconds), 2) if seconds else 0.0,
+        "loadavg": load_before,
+        "angles": [i.get("orientation", {}).get("angle") for i in infos],
+        "dropped": [i.get("dropped_lines") for i in infos],
+    }
+    return row, hyp
+
+
+REALSCANS = REPO / "bench" / "realscans"
+
+
+def realscan_quality(engine: Any, dpi: int) -> list[dict[str, Any]]:
+    """The real scans with their human transcriptions (`bench/realscans/`)."""
+    rows: list[dict[str, Any]] = []
+    images = sorted((REALSCANS / "images").glob("*")) if (REALSCANS / "images").is_dir() else []
+    for image in images:  # each has its transcription (tests/house/test_realscans.py)
+        truth = REALSCANS / "truth" / f"{image.stem}.txt"
+        row, _ = score_document(
+            engine, image, truth, dpi, name=f"realscans/{image.name}", group="real scans"
+        )
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def group_means(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Mean CER and reading-order score of each group, as the goals are stated."""
+    out: dict[str, dict[str, float]] = {}
+    for group in dict.fromkeys(r["group"] for r in rows):
+        mine = [r for r in rows if r["group"] == group]
+        out[group] = {
+            "pages": len(mine),
+            "mean_cer": round(statistics.mean(r["cer"] for r in mine), 4),
+            "mean_order": round(statistics.mean(r["order"] for r in mine), 3),
+        }
+    return out
 
 
 def magazine_quality(engine: Any, corpus: Path) -> list[dict[str, Any]]:
@@ -560,7 +609,9 @@ def main() -> None:
     parser.add_argument("--dpi", type=int, default=200)
     parser.add_argument("--orientation", choices=("ocr", "tiles", "off"), default=None)
     parser.add_argument("--orientation-study", action="store_true")
-    parser.add_argument("--only", choices=("all", "corpus", "magazine"), default="all")
+    parser.add_argument(
+        "--only", choices=("all", "corpus", "magazine", "realscans"), default="all"
+    )
     parser.add_argument(
         "--order", choices=("current", "plain"), default="current",
         help="plain: the engine with a textbook XY-cut in place of its reading order",
@@ -568,7 +619,7 @@ def main() -> None:
     parser.add_argument("--save-pages", type=Path, help="write the magazine pages here (PNG)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if not args.corpus.is_dir():
+    if not args.corpus.is_dir() and args.only != "realscans":  # the real scans live here
         sys.exit(f"no corpus at {args.corpus}")
     print(f"cpus={os.cpu_count()} loadavg={loadavg()}", file=sys.stderr)
     out: Any
@@ -581,6 +632,7 @@ def main() -> None:
                 made.image.save(args.save_pages / f"{made.name}.png")
                 (args.save_pages / f"{made.name}.txt").write_text(made.truth, encoding="utf-8")
         out = quality(args.corpus, args.dpi, args.orientation, args.only, args.order)
+        print(json.dumps(group_means(out), indent=1))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 
