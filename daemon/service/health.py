@@ -122,6 +122,17 @@ def assess(status: Status, thresholds: Thresholds | None = None) -> Health:
         # no runtime row written by a live pid in the last RUNNING_WITHIN_SECONDS
         degraded.append("daemon status not recorded in the database lately")
 
+    degraded.extend(_inbox_reasons(status))
+    for f in status.missing_folders:
+        degraded.append(f"{f.name} {f.path} is {f.missing}: documents wait until it returns")
+
+    verdict = Verdict.FAILING if failing else Verdict.DEGRADED if degraded else Verdict.OK
+    return Health(verdict, tuple(failing + degraded), worker_alive, hb)
+
+
+def _inbox_reasons(status: Status) -> list[str]:
+    """Why each inbox that is not being watched as it should is not (degraded reasons)."""
+    reasons: list[str] = []
     for ib in status.inboxes:
         if ib.missing is not None:
             when = (
@@ -130,17 +141,12 @@ def assess(status: Status, thresholds: Thresholds | None = None) -> Health:
                 else ""
             )
             waiting = "watching for it to return" if ib.answering else "waiting for it to answer"
-            degraded.append(f"inbox {ib.path} is {ib.missing}{when}: {waiting}")
+            reasons.append(f"inbox {ib.path} is {ib.missing}{when}: {waiting}")
         elif ib.scan_error:
-            degraded.append(f"inbox {ib.path}: {ib.scan_error}")
+            reasons.append(f"inbox {ib.path}: {ib.scan_error}")
         elif ib.observer not in (None, "none", "poll") and not ib.observer_alive:
-            degraded.append(f"inbox {ib.path}: file watcher stopped")
-
-    for f in status.missing_folders:
-        degraded.append(f"{f.name} {f.path} is {f.missing}: documents wait until it returns")
-
-    verdict = Verdict.FAILING if failing else Verdict.DEGRADED if degraded else Verdict.OK
-    return Health(verdict, tuple(failing + degraded), worker_alive, hb)
+            reasons.append(f"inbox {ib.path}: file watcher stopped")
+    return reasons
 
 
 def healthz_body(status: Status, health: Health) -> dict[str, object]:
