@@ -246,9 +246,10 @@ def _trusted_regions(
                 continue
         if region.kind == rg.HEADER:
             inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= INSIDE]
-            if not any(ln.bbox[1] >= region.bbox[3] for ln in lines if ln not in inside):
+            if not any(ln.bbox[1] >= region.bbox[3] for ln in lines):
                 # A running head stands above the page's text. With nothing below it, the
                 # "header" is the page's text (a page of one line), which must not vanish.
+                # (A line below the region shares none of it, so it is never inside.)
                 continue
             if inside and statistics.median(ln.size for ln in inside) >= HEADING_RATIO * body:
                 # Running heads are small print; a headline at the top of a page is not one.
