@@ -101,6 +101,7 @@ class Probe:
     local: threading.local = field(default_factory=threading.local)  # .work: PageWork
     lock: threading.Lock = field(default_factory=threading.Lock)
     _vision_started: float = 0.0
+    loop_call: Call | None = None  # the decode loop's call in progress (one at a time)
 
     def work(self) -> PageWork | None:
         """The page this thread is parsing (BenchMinerU), None outside a document."""
@@ -252,6 +253,77 @@ def instrument(
         return out
 
     model.generate = generate
+    _PROBES.append(probe)
+    loop = getattr(generator, "loop", None)
+    if loop is not None:
+        _instrument_loop(loop, probe)
+
+
+def _instrument_loop(loop: Any, probe: Probe) -> None:
+    """Time the decode loop of our own as generate() calls are timed: one Call per
+    `LoopGenerator.generate`, prefill = the rows' joins (each row's vision and prompt pass,
+    so vision is inside it, as in a generate() call's prefill), decode = the batch's steps.
+    The loop's rows overlap (a row joins while others decode), so a call's prefill and decode
+    are sums of those passes, not two spans of the call."""
+    from daemon.engines.mineru.runtimes import decode_loop
+
+    original = loop.generate
+
+    def generate(rows: Any, on_done: Any, processors: Any = None) -> Any:
+        call = Call(
+            phase=probe.call_phase or probe.phase,
+            forced_tokens=[r.max_new_tokens for r in rows],
+            rows=len(rows),
+            pages=probe.row_pages,
+        )
+        probe.row_caps, probe.call_phase, probe.row_pages = [], None, []
+        probe.calls.append(call)
+        probe.loop_call = call
+        start = call.started = time.monotonic()
+        try:
+            return original(rows, on_done, processors)
+        finally:
+            call.total_seconds = time.monotonic() - start
+            probe.loop_call = None
+            with probe.lock:
+                probe.finished.append(call)
+
+    loop.generate = generate
+    batch = decode_loop.DecodeBatch
+    if getattr(batch, "_bench_timed", False):
+        return  # one patch per process: the class is shared by every engine loaded
+    original_join, original_step = batch.join, batch.step
+
+    def join(self: Any, index: int, request: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return original_join(self, index, request)
+        finally:
+            call = _PROBES[-1].loop_call if _PROBES else None
+            if call is not None:
+                call.prefill_seconds += time.monotonic() - started
+                length = int(request.inputs["input_ids"].shape[1])
+                call.prompt_tokens = max(call.prompt_tokens, length)
+
+    def step(self: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return original_step(self)
+        finally:
+            call = _PROBES[-1].loop_call if _PROBES else None
+            if call is not None:
+                call.decode_seconds += time.monotonic() - started
+                # generate()'s count is of token stamps, one more than its decode steps
+                # (phases() subtracts it): a pass here is one step.
+                call.decode_steps = max(call.decode_steps, 1) + 1
+
+    batch.join, batch.step = join, step  # type: ignore[method-assign]
+    batch._bench_timed = True  # type: ignore[attr-defined]
+
+
+# The probes of the engines instrumented in this process, the newest last: the patched
+# DecodeBatch methods time into the newest one's current loop call.
+_PROBES: list[Probe] = []
 
 
 class BenchMinerU(MinerUEngine):

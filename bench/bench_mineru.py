@@ -215,7 +215,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             # The plan's counts, as generate()'s min_new_tokens forces them: rows end at
             # their cap (the forced count), never at an end-of-turn. The loop's own passes
             # and drafts are in page_info (decode_passes, draft_proposed, draft_accepted);
-            # its phases are not timed (no generate() call to time).
+            # instrument() times its phases (joins = prefill, passes = decode).
             local.loop.eos_ids = set()
         page = PageInput(
             image=image,
