@@ -129,10 +129,26 @@ def estimate_line(cfg: Config) -> str:
     daemon's own copy)."""
     from daemon.common.estimate import EstimateCache, cached
 
-    estimate = cached(cfg.engine, EstimateCache.in_state_dir(cfg))
+    estimate = cached(cfg.engine, EstimateCache.in_state_dir(cfg), missing_weights(cfg))
     line = f"page estimate ({cfg.engine.name}): {estimate.describe()}"
     warning = estimate.warning()
     return f"{line}\nwarning: {warning}" if warning else line
+
+
+def missing_weights(cfg: Config) -> str | None:
+    """Why the worker could not load MinerU's weights now (a local lookup, as the worker's:
+    no download, no torch import), or None when they are there or not needed."""
+    engine = cfg.engine
+    if engine.name != "mineru" or engine.runtime != "transformers":
+        return None
+    from daemon.common.errors import EngineUnavailable
+    from daemon.engines.mineru.runtimes.transformers_model import resolve_weights
+
+    try:
+        resolve_weights(engine.model, engine.revision)
+    except EngineUnavailable as exc:
+        return f"{exc.message} (`{exc.hint}`)" if exc.hint else exc.message
+    return None
 
 
 # The unit's StateDirectory: writable inside the sandbox without being listed.

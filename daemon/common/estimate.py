@@ -376,14 +376,30 @@ def resolve(
     return PageEstimate(engine.name, seconds, basis)
 
 
-def cached(engine: EngineConfig, cache: EstimateCache) -> PageEstimate:
+def cached(
+    engine: EngineConfig, cache: EstimateCache, weights_missing: str | None = None
+) -> PageEstimate:
     """What check-config shows: the cached figure, or when it will be measured. It never
     loads the model (seconds to tens of seconds and gigabytes of memory, beside a daemon
-    that may already hold one)."""
+    that may already hold one). `weights_missing`: why the worker cannot load MinerU yet
+    (no weights here), so the figure comes only once they are."""
     reason = not_applicable(engine)
     if reason is not None:
         return PageEstimate(engine.name, None, reason)
     found = cache.get(estimate_key(engine))
+    if found is None and weights_missing is not None:
+        # "At the worker's first start" would be untrue: that start loads the fallback.
+        meanwhile = (
+            f"engine {engine.fallback_engine} stands in until then"
+            if engine.fallback_engine
+            else "the worker cannot start until then"
+        )
+        return PageEstimate(
+            engine.name,
+            None,
+            f"not measured yet: {weights_missing}; {meanwhile}, and MinerU is timed at the "
+            "first worker start with its weights (seconds)",
+        )
     if found is None:
         return PageEstimate(
             engine.name, None, "not measured yet: timed at the worker's first start (seconds)"

@@ -51,6 +51,7 @@ from daemon.service.web import status_page
 from daemon.supervisor.supervisor import Supervisor, _engine_facts
 from daemon.supervisor.worker_handle import WorkerHandle
 from tests.conftest import DaemonFactory, wait_for, write_config
+from tests.tinymodel import tiny_model_once
 
 NOW = 1_700_000_000.0
 
@@ -308,7 +309,30 @@ def test_no_gauge_without_a_figure(cfg: Config) -> None:
     assert "estimate: n/a" in render_status(st)
 
 
-def test_check_config_shows_the_cached_figure_or_when_it_comes(cfg: Config) -> None:
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (tiny, random) checkpoint folder: what the worker would load."""
+    return tiny_model_once(tmp_path_factory.mktemp("tiny-model"))
+
+
+def _model(cfg: Config, model: Path) -> Config:
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, model=str(model)))
+
+
+def test_check_config_says_the_figure_waits_for_the_weights(cfg: Config, tmp_path: Path) -> None:
+    # No weights: the worker's first start loads lite, so the figure comes with the weights.
+    line = estimate_line(_model(cfg, tmp_path / "not-pulled"))
+    assert "not measured yet: model folder" in line and "does not exist" in line
+    assert "engine lite stands in until then" in line and "first worker start with its" in line
+    alone = dataclasses.replace(cfg, engine=dataclasses.replace(
+        cfg.engine, model=str(tmp_path / "not-pulled"), fallback_engine=None))  # fmt: skip
+    assert "the worker cannot start until then" in estimate_line(alone)
+
+
+def test_check_config_shows_the_cached_figure_or_when_it_comes(
+    cfg: Config, weights: Path
+) -> None:
+    cfg = _model(cfg, weights)
     assert "not measured yet: timed at the worker's first start" in estimate_line(cfg)
     cache = EstimateCache.in_state_dir(cfg)
     cache.put(estimate_key(cfg.engine), TIMINGS, NOW)
