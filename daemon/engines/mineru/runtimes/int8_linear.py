@@ -34,6 +34,14 @@ DENSE_ROWS = 32
 # a segfault at K=33, wrong values at K=40). Such layers take the dense path.
 KERNEL_K_MULTIPLE = 32
 
+# Byte alignment torch's int8 kernel assumes without checking (torch 2.13, AVX-512 build):
+# it loads 16 int8 weights with `vmovdqa xmm` (16-byte aligned) in its 4-row blocks and 16
+# bf16 activations with `vmovdqa ymm` (32-byte aligned), so a tensor off those boundaries
+# is a SIGSEGV, not an error. torch's own allocator aligns to 64; tensors read from a
+# safetensors file (the decoder cache) sit wherever the header's length puts them: 24 bytes
+# past a 64-byte boundary for the tiny test checkpoint. Both are copied to fresh memory then.
+KERNEL_ALIGNMENT = 64
+
 # Rows of the head widened to fp32 at a time where bf16 is emulated (KeptHead): 512 x 896
 # fp32 is 1.8 MB, cache-resident while its GEMM runs. bench/bench_kernels.py head: fastest
 # with MKL on AVX-512; with MKL capped to AVX2 too, 1,024 was ~3 ms faster for 8 rows.
@@ -92,8 +100,8 @@ class Int8WeightOnlyLinear(KeepsDtype):
         self.out_features, self.in_features = (int(n) for n in weight_int8.shape)
         self.compute_dtype = scales.dtype
         self.dense_dtype = dense_dtype
-        self.register_buffer("weight_int8", weight_int8.contiguous())
-        self.register_buffer("scales", scales.contiguous())
+        self.register_buffer("weight_int8", kernel_ready(weight_int8))
+        self.register_buffer("scales", kernel_ready(scales))
         self.register_buffer("bias", None if bias is None else bias.detach().clone())
         self.use_kernel = self.in_features % KERNEL_K_MULTIPLE == 0
 
@@ -109,7 +117,7 @@ class Int8WeightOnlyLinear(KeepsDtype):
         rows = x.reshape(-1, self.in_features)
         if self.use_kernel and rows.shape[0] < DENSE_ROWS:
             y = torch.ops.aten._weight_int8pack_mm(
-                rows.to(self.compute_dtype), self.weight_int8, self.scales
+                kernel_ready(rows.to(self.compute_dtype)), self.weight_int8, self.scales
             )
         else:
             weight = (
@@ -127,6 +135,17 @@ class Int8WeightOnlyLinear(KeepsDtype):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, activations={self.compute_dtype}"
         )
+
+
+def kernel_ready(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor`, or a contiguous copy of it in fresh memory where it is not contiguous or
+    not KERNEL_ALIGNMENT-aligned (see there: torch's int8 kernel crashes on such input).
+
+    A decode step's activations are fresh tensors, so the check is all it costs there.
+    """
+    if tensor.is_contiguous() and tensor.data_ptr() % KERNEL_ALIGNMENT == 0:
+        return tensor
+    return tensor.clone(memory_format=torch.contiguous_format)
 
 
 def quantize_rows(
