@@ -45,7 +45,7 @@ from daemon.engines.lite.paragraphs import (
     starts_paragraph,
 )
 from daemon.engines.lite.reading_order import is_rtl, read_page
-from daemon.engines.lite.tables import Cell, grid_html
+from daemon.engines.lite.tables import Cell, grid_html, reads_as_prose
 
 # Left/right share of the page where sideways margin notes (arXiv's stamp) stand.
 _SIDE_MARGIN = 0.12
@@ -223,7 +223,7 @@ def _trusted_regions(
     regions: Sequence[rg.Region], lines: Sequence[Line], caps: Sequence[Box] = ()
 ) -> list[rg.Region]:
     """The regions worth acting on; a "figure" full of body-size print is the page itself,
-    and so is a "header" with no text below it.
+    and so is a "header" with no text below it; a "table" of running prose is text.
 
     An old newspaper page reads to the detector as one big picture; dropping its text as
     figure text would empty the page. A real figure's own labels are small or sparse. A
@@ -243,6 +243,10 @@ def _trusted_regions(
                 if body_size(inside) >= 0.8 * ref:
                     continue
             if _prose_strip(region, inside, body):
+                continue
+        if region.kind == rg.TABLE:
+            inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= INSIDE]
+            if reads_as_prose([Cell(text=ln.text, bbox=ln.bbox) for ln in inside]):
                 continue
         if region.kind == rg.HEADER:
             inside = [ln for ln in lines if rg.overlap_share(ln.bbox, region.bbox) >= INSIDE]

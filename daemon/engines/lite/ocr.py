@@ -28,6 +28,9 @@ from daemon.engines.lite.lines import Line
 # RapidOCR shrinks larger images before detection. 2000 (its default) loses small print on
 # A4 pages rendered at 200 dpi (1654x2339); 2400 keeps it at a modest CPU cost.
 _OCR_MAX_SIDE = 2400
+# A line read with less confidence than this is read again turned 180 degrees: the turned
+# reading is kept when the recogniser is surer of it (see `_upside_down`).
+_RECHECK_BELOW = 0.9
 
 
 class OcrReader:
@@ -90,9 +93,9 @@ class OcrReader:
         image = image if image.mode == "RGB" else image.convert("RGB")
         width, height = image.size
         # RapidOCR treats arrays as OpenCV BGR. Every step is named: RapidOCR keeps the
-        # last call's choices as its new defaults.
+        # last call's choices as its new defaults. No line classifier (`_upside_down`).
         bgr = np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
-        result = self._ocr(bgr, use_det=True, use_cls=True, use_rec=True)
+        result = self._ocr(bgr, use_det=True, use_cls=False, use_rec=True)
         if result is None or getattr(result, "txts", None) is None or result.boxes is None:
             return []
         scores = list(getattr(result, "scores", None) or [1.0] * len(result.txts))
@@ -118,7 +121,42 @@ class OcrReader:
                     confidence=float(score),
                 )
             )
-        return self._split_bridges(lines, bgr)
+        return self._split_bridges(self._upside_down(lines, bgr), bgr)
+
+    def _upside_down(self, lines: list[Line], bgr: np.ndarray) -> list[Line]:
+        """`lines` with each unsure line that reads better turned 180 degrees read so.
+
+        PP-OCR's text-line classifier (0 or 180 degrees per line) is not asked: on old
+        scans it turns upright lines over. The back page's print shows through thin paper
+        mirrored, and a box that takes in a little of it reads to the classifier as turned
+        text: on a typewritten page 10 of 66 lines came out as letter salad ("sas t e rts
+        e me"), on a handwritten diary page 19 of 54. A whole page turned is the
+        orientation step's (engine); a single line upside down on an upright page is
+        rare, so only the lines the recogniser is unsure of are read again turned, and
+        the reading it is surer of wins.
+        """
+        height, width = bgr.shape[:2]
+        unsure: list[int] = []
+        crops: list[np.ndarray] = []
+        for i, ln in enumerate(lines):
+            x0, y0, x1, y1 = ln.bbox
+            crop = bgr[
+                int(y0 * height) : int(np.ceil(y1 * height)),
+                int(x0 * width) : int(np.ceil(x1 * width)),
+            ]
+            if ln.confidence < _RECHECK_BELOW and min(crop.shape[:2]) >= 2:
+                unsure.append(i)
+                crops.append(np.ascontiguousarray(crop[::-1, ::-1]))
+        if not unsure:
+            return lines
+        texts, scores = self._read_crops(crops)
+        out = list(lines)
+        for i, text, score in zip(unsure, texts, scores, strict=True):
+            if text.strip() and score > lines[i].confidence:
+                out[i] = Line(
+                    text=text.strip(), bbox=lines[i].bbox, size=lines[i].size, confidence=score
+                )
+        return out
 
     def _split_bridges(self, lines: list[Line], bgr: np.ndarray) -> list[Line]:
         """`lines` with each box that bridges a gutter cut into its columns' lines, each

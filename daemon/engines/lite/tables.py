@@ -12,7 +12,8 @@ cells of a row level with each other, columns lined up. So:
 - two boxes of one row in one column are one cell (OCR split a cell at a wide space).
 
 A region that does not come out as at least two rows and two columns is not a grid: the
-engine keeps its text as lines.
+engine keeps its text as lines. A region that holds running prose is no table at all
+(`reads_as_prose`): its lines go back to the page's text.
 """
 
 from __future__ import annotations
@@ -43,6 +44,39 @@ def grid_rows(cells: Sequence[Cell]) -> list[list[Cell]]:
                 continue
         rows.append([cell])
     return [sorted(row, key=lambda c: c.bbox[0]) for row in rows]
+
+
+# A "table" is prose when at most this share of its rows hold cells side by side...
+_PROSE_MAX_SIDE_BY_SIDE = 0.25
+# ... and this share of its printed characters are letters (figures and signs are tabular).
+_PROSE_MIN_LETTERS = 0.75
+# ... and this share of its characters stand in lines of at least `_PROSE_WORDS` words.
+_PROSE_MIN_SENTENCE_SHARE = 0.6
+_PROSE_WORDS = 4
+
+
+def reads_as_prose(cells: Sequence[Cell]) -> bool:
+    """Whether a region the layout model calls a table holds running text instead.
+
+    On a typewritten or multi-column scan, a column of dialogue (a speaker's name centred
+    over each reply) or text with ruled lines reads to the detector as a table; built as
+    a grid it comes out as rows of mostly empty cells. A table has cells side by side in
+    most rows, figures, or short labels; prose has one line per row, words, and most of
+    its text in lines of several words.
+    """
+    cells = [c for c in cells if c.text.strip()]
+    if len(cells) < 4:
+        return False
+    rows = grid_rows(cells)
+    side_by_side = sum(1 for row in rows if len(row) > 1)
+    if side_by_side > _PROSE_MAX_SIDE_BY_SIDE * len(rows):
+        return False
+    printed = "".join("".join(c.text.split()) for c in cells)
+    letters = sum(ch.isalpha() for ch in printed)
+    if letters < _PROSE_MIN_LETTERS * len(printed):
+        return False
+    in_sentences = sum(len(c.text) for c in cells if len(c.text.split()) >= _PROSE_WORDS)
+    return in_sentences >= _PROSE_MIN_SENTENCE_SHARE * sum(len(c.text) for c in cells)
 
 
 def _columns(rows: Sequence[Sequence[Cell]]) -> list[tuple[float, float]]:
