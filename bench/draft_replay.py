@@ -117,13 +117,12 @@ POLICIES: dict[str, Callable[[], AdaptiveK]] = {
     "old": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=16, wake=0),
     "k12": fixed_k(12),
     "k4": fixed_k(4),
+    # Shorter blind rests.
     "rest4": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=4, wake=0),
     "rest8": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=8, wake=0),
-    "wake1": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=16, wake=1),
-    "wake2": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=16, wake=2),
-    "wake2-rest32": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=32, wake=2),
-    "wake3-rest64": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=64, wake=3),
-    "wake2-p2": lambda: AdaptiveK(k_max=12, k=4, patience=2, cooldown=32, wake=2),
+    # Rests that end when the watched draft agrees again (2 agreements, back at K = 4).
+    "wake2": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=16, wake=2, k_wake=4),
+    "wake1-p3": lambda: AdaptiveK(k_max=12, k=4, patience=3, cooldown=64, wake=1, k_wake=8),
     "now": AdaptiveK,  # the shipped defaults (k_max 12 as DENSE_DRAFTS)
 }
 
@@ -196,7 +195,9 @@ def cases(recorded: Sequence[Recorded], seed: int = 0) -> list[Case]:
     for r in recorded:
         for d in r.drafts:
             tokens = d.tokens
-            bucket = "source" if d.name == "source" else f"OCR {cer_bucket(d.cer or 0.0)}"
+            kind = "paragraph" if r.kind in ("english", "german") else r.kind
+            read = "source" if d.name == "source" else f"OCR {cer_bucket(d.cer or 0.0)}"
+            bucket = f"{kind}, {read}"
             out.append(Case(r.name, bucket, r.output, r.cap, external(tokens)))
         out.append(Case(r.name, "prompt lookup", r.output, r.cap, PromptLookup))
         noise = [rng.randrange(vocab) for _ in r.drafts[0].tokens]

@@ -150,14 +150,19 @@ class AdaptiveK:
     a row end the rest at K = `k_wake`: after a garbled OCR line the re-aligned draft agrees
     again within a pass or two of the next good line, which a blind rest would sleep through
     (docs/benchmarks.md, "AdaptiveK tuned by replay"). 0: never wakes early.
+    Resting passes score nothing, so the watch is free: it only calls the source.
     """
 
+    # Tuned by replaying the loop on a trained decoder's recorded output (bench/draft_replay.py,
+    # docs/benchmarks.md): waking on the first agreement, straight to k_max, gets closest to a
+    # fixed K = 12 on OCR drafts, and the long rest (ended early by the watch) costs a useless
+    # draft fewer positions than the blind 16-pass one did.
     k_max: int = 12
     k: int = 4
-    patience: int = 3
-    cooldown: int = 32
-    wake: int = 2
-    k_wake: int = 4
+    patience: int = 2
+    cooldown: int = 64
+    wake: int = 1
+    k_wake: int = 12
     failures: int = 0
     resting: int = 0
     agreements: int = 0
