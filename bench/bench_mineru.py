@@ -633,6 +633,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_ratio(r, ref)} |"
             )
     lines += estimate_table(paths, settings.get("token_scale", 1.0), plan)
+    from bench.drafted_page import drafted_table
+
+    lines += drafted_table(paths)
     docs = [r for r in results["paths"] if r["path"] in DOCUMENT_PATHS and "documents" in r]
     if docs:
         unbatched = {
