@@ -21,7 +21,8 @@ from daemon.engines.mineru.runtimes.decode_loop import (
     greedy_processors,
 )
 from daemon.engines.mineru.runtimes.drafts import AdaptiveK, ExternalDraft
-from tests.engines.test_decode_loop import Tiny, image, refs, tiny  # noqa: F401 (fixtures)
+from tests.engines.test_decode_loop import Tiny, refs, tiny  # noqa: F401 (fixtures)
+from tests.engines.test_mineru_batching import block_image as image
 
 
 def test_a_perfect_draft_with_a_fixed_k_takes_the_fewest_passes() -> None:
@@ -37,7 +38,10 @@ def test_a_useless_draft_wastes_few_positions_with_the_shipped_policy() -> None:
     useless = ExternalDraft(list(range(1000, 1096)))
     run = replay(output, 96, useless, AdaptiveK())
     assert run.passes == 96 and run.accepted == 0
-    assert run.wasted <= 4 + 2 + 1 + 96 // 32 + 1
+    # K 4 then 2 refused, a rest of 64 passes the watch cannot end, 1 refused, a rest again.
+    assert run.wasted == 4 + 2 + 1
+    blind = replay(output, 96, ExternalDraft(useless.tokens), POLICIES["old"]())
+    assert blind.wasted == 4 + 2 + 1 + 5  # the old policy: then 1 after each of 5 rests of 16
 
 
 def test_the_cases_cover_every_draft_and_the_useless_ones() -> None:
