@@ -21,7 +21,7 @@ from daemon.engines.mineru.runtimes.decode_loop import (
     greedy_processors,
 )
 from daemon.engines.mineru.runtimes.drafts import AdaptiveK, ExternalDraft
-from tests.engines.test_decode_loop import Tiny, refs, tiny  # noqa: F401 (fixtures)
+from tests.engines.test_decode_loop import Tiny, tiny  # noqa: F401 (a fixture)
 from tests.engines.test_mineru_batching import block_image as image
 
 
