@@ -68,9 +68,13 @@ DOCUMENT_PATHS = ("document", "document-batched")
 # keeps engine.decode: generate, so its figures stay comparable with the earlier runs' and
 # its phases (vision, prefill, decode: timed around generate()) stay measured.
 LOOP_PATH = "auto-loop"
+# `auto-loop` whose blocks are drafted: a first parse records each block's own output, the
+# timed one drafts it corrupted to the page's OCR CER (bench/drafted_page.py).
+DRAFTED_PATH = "auto-drafted"
 ALL_PATHS = (
-    "reference", *PRECISION_PATHS, LOOP_PATH, "textlayer", "llama-cpp", *DOCUMENT_PATHS
-)
+    "reference", *PRECISION_PATHS, LOOP_PATH, DRAFTED_PATH, "textlayer", "llama-cpp",
+    *DOCUMENT_PATHS,
+)  # fmt: skip
 FORCED_PATHS = ("auto", "reference", "int8", "bf16-int8", "mixed", "bf16", "fp32", "textlayer")
 REALISTIC_PATHS = (
     "auto", LOOP_PATH, "reference", "llama-cpp", "textlayer", "document", "document-batched",
@@ -190,9 +194,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         from daemon.engines.mineru.engine import MinerUEngine
 
         # textlayer: what a user gets by default (precision auto, text_layer auto)
-        precision = "auto" if path in ("textlayer", LOOP_PATH) else path
+        precision = "auto" if path in ("textlayer", LOOP_PATH, DRAFTED_PATH) else path
         text_layer: TextLayer = "auto" if path == "textlayer" else "off"
-        decode = "loop" if path == LOOP_PATH else "generate"
+        decode = "loop" if path in (LOOP_PATH, DRAFTED_PATH) else "generate"
         engine = MinerUEngine(_engine_config(spec, precision, text_layer, decode=decode))
         t_load = time.monotonic()
         info = engine.load()
@@ -230,6 +234,13 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             max_new_tokens_layout=cfg.max_new_tokens_layout,
             max_new_tokens_block=cfg.max_new_tokens_block,
         )
+        if path == DRAFTED_PATH:
+            from bench.drafted_page import drafted_first_run
+
+            record["drafted"] = drafted_first_run(
+                lambda: engine.parse_page(page, options, lambda *_a: None),
+                probe, local.loop, image, spec,
+            )  # fmt: skip
         t0 = time.monotonic()
         cpu0 = time.process_time()
         result = engine.parse_page(page, options, lambda *_a: None)
@@ -622,6 +633,9 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_ratio(r, ref)} |"
             )
     lines += estimate_table(paths, settings.get("token_scale", 1.0), plan)
+    from bench.drafted_page import drafted_table
+
+    lines += drafted_table(paths)
     docs = [r for r in results["paths"] if r["path"] in DOCUMENT_PATHS and "documents" in r]
     if docs:
         unbatched = {

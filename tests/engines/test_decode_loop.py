@@ -28,7 +28,14 @@ from daemon.engines.mineru.runtimes.decode_loop import (
     decode,
     greedy_processors,
 )
-from daemon.engines.mineru.runtimes.drafts import AdaptiveK, ExternalDraft, PromptLookup
+from daemon.engines.mineru.runtimes.drafts import (
+    AdaptiveK,
+    DraftPlan,
+    ExternalDraft,
+    PromptLookup,
+    plan_draft,
+    settle_draft,
+)
 from daemon.engines.mineru.runtimes.transformers_generate import BatchedGenerator
 from tests.engines.test_mineru_batching import block_image as image
 from tests.tinymodel import randomize_language_model, tiny_model_once
@@ -265,12 +272,39 @@ def test_drafts_right_then_wrong_then_right(tiny: Tiny, refs: list[list[int]]) -
     stats = results[-1].stats
     assert stats.proposed > stats.accepted and stats.passes < cap // 2
 
-    def right(lo: int, hi: int) -> bool:  # a proposal of 2+ right tokens made in [lo, hi)
-        return any(
-            lo <= g < hi and len(p) >= 2 and p == ref[g : g + len(p)] for g, p in source.calls
-        )
+    def right(lo: int, hi: int) -> bool:  # a proposal made in [lo, hi), its first 2 right
+        # (a long one may run on into the next error: the first tokens show the re-alignment)
+        return any(lo <= g < hi and p[:2] == ref[g : g + 2] for g, p in source.calls)
 
     assert right(1, 6) and right(7, 12) and right(13, cap)  # right, again, and again
+
+
+def test_a_garbled_stretch_longer_than_the_patience_does_not_cost_the_rest(
+    tiny: Tiny, refs: list[list[int]]
+) -> None:
+    cap = 22
+    ref = tiny.reference(image(200, 100, 7), cap)
+    seen = {t for r in refs for t in r} | set(ref) | tiny.eos
+    never = [t for t in range(tiny.vocab) if t not in seen]
+    # Right for 4, then a garbled "line" of 6 (more rejections than the patience), then
+    # right to the end: AdaptiveK rests, watches the re-aligned draft agree, and wakes.
+    draft = [*ref[:4], *never[:6], *ref[10:]]
+
+    def drafted(policy: AdaptiveK) -> tuple[list[int], RecordingDraft]:  # one row, alone
+        source = RecordingDraft(ExternalDraft(draft))
+        batch = DecodeBatch(
+            tiny.model, greedy_processors(tiny.model, tiny.kwargs(cap)), tiny.eos, lambda: policy
+        )
+        request = DecodeRequest(tiny.inputs(image(200, 100, 7)), cap, source)
+        [result] = decode(batch, [request], 1, lambda _r: None)
+        return result.tokens, source
+
+    def right_after_the_garble(source: RecordingDraft) -> bool:
+        return any(g >= 10 and len(p) >= 2 and p == ref[g : g + len(p)] for g, p in source.calls)
+
+    tokens, woken = drafted(AdaptiveK())
+    assert tokens == ref
+    assert right_after_the_garble(woken)
 
 
 def test_drafts_longer_than_the_cap(tiny: Tiny, refs: list[list[int]]) -> None:
@@ -366,3 +400,40 @@ def test_adaptive_k_grows_shrinks_and_rests() -> None:
     assert k.current() == 1
     k.update(1, 0)  # failed again after resting: rests again at once
     assert k.current() == 0
+
+
+def test_adaptive_k_watches_while_resting_and_wakes_on_agreement() -> None:
+    k = AdaptiveK(k_max=8, k=1, patience=1, cooldown=10, wake=2, k_wake=3)
+    k.update(1, 0)  # rests
+    assert k.current() == 0 and k.watching()
+    k.observe(True)
+    k.observe(False)  # an agreement must be followed by another, not by a disagreement
+    k.observe(True)
+    assert k.current() == 0 and k.watching()
+    k.observe(True)  # two in a row: awake, at k_wake
+    assert not k.watching() and k.current() == 3
+
+
+def test_adaptive_k_without_wake_rests_blind_for_its_cooldown() -> None:
+    k = AdaptiveK(k_max=8, k=1, patience=1, cooldown=3, wake=0)
+    k.update(1, 0)
+    assert not k.watching()
+    k.observe(True)
+    k.observe(True)
+    assert [k.current() for _ in range(4)] == [0, 0, 0, 1]
+
+
+def test_a_resting_plan_watches_one_token_and_scores_none() -> None:
+    source = ExternalDraft([1, 2, 3, 4, 5, 6])
+    k = AdaptiveK(k_max=4, k=1, patience=1, cooldown=5, wake=1, k_wake=2)
+    plan = plan_draft(source, k, [9], room=10)
+    assert len(plan.tokens) == 1 and plan.watched == []
+    assert settle_draft(k, plan, [7]) == 0  # rejected: rests from here
+    plan = plan_draft(source, k, [9, 7], room=10)
+    assert plan.tokens == [] and len(plan.watched) == 1
+    # The model wrote the watched token: with wake=1 the next pass drafts k_wake tokens.
+    assert settle_draft(k, plan, plan.watched) == 0
+    plan = plan_draft(source, k, [9, 7, *plan.watched], room=10)
+    assert len(plan.tokens) == 2 and plan.watched == []
+    # No room left in the row: no draft, nothing watched, and no source call needed.
+    assert plan_draft(source, k, [1], room=0) == DraftPlan([], [])

@@ -63,7 +63,13 @@ from daemon.engines.mineru.runtimes.base import (
     SamplingParams,
     capped,
 )
-from daemon.engines.mineru.runtimes.drafts import AdaptiveK, DraftSource
+from daemon.engines.mineru.runtimes.drafts import (
+    AdaptiveK,
+    DraftPlan,
+    DraftSource,
+    plan_draft,
+    settle_draft,
+)
 
 # Holes (rejected draft positions) inside the cache are compacted away once they are more
 # than this share of the live columns; below it, carrying them costs less than the copy.
@@ -269,13 +275,14 @@ class DecodeBatch:
             return []
         count = len(self.rows)
         limit = self.max_positions // count - 1 if self.max_positions else 1 << 30
-        drafts = [self._draft(row, limit) for row in self.rows]
-        width = 1 + max(len(d) for d in drafts)
+        plans = [self._draft(row, limit) for row in self.rows]
+        width = 1 + max(len(p.tokens) for p in plans)
         ids = torch.zeros((count, width), dtype=torch.long)
         positions = torch.zeros((3, count, width), dtype=torch.long)
         fed = torch.zeros((count, width), dtype=torch.long)
         offsets = torch.arange(width)
-        for r, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
+        for r, (row, plan) in enumerate(zip(self.rows, plans, strict=True)):
+            draft = plan.tokens
             ids[r, : 1 + len(draft)] = torch.tensor([row.generated[-1], *draft])
             positions[:, r, :] = row.next_pos + offsets
             fed[r, : 1 + len(draft)] = 1
@@ -289,8 +296,8 @@ class DecodeBatch:
         self.passes += 1
         logits = _logits(out)
         kept = torch.zeros_like(fed)
-        for r, (row, draft) in enumerate(zip(self.rows, drafts, strict=True)):
-            kept[r, : self._verify(row, draft, logits[r])] = 1
+        for r, (row, plan) in enumerate(zip(self.rows, plans, strict=True)):
+            kept[r, : self._verify(row, plan, logits[r])] = 1
         self.mask = torch.cat([self.mask, kept], dim=1)
         finished = [row for row in self.rows if self.done(row)]
         if finished:
@@ -298,36 +305,30 @@ class DecodeBatch:
         self._trim()
         return [row.result() for row in finished]
 
-    def _draft(self, row: _Row, limit: int) -> list[int]:
-        source = row.request.draft
+    def _draft(self, row: _Row, limit: int) -> DraftPlan:
         # Each pass writes at most k + 1 tokens: the draft never runs past the row's cap.
-        room = row.request.max_new_tokens - len(row.generated) - 1
-        k = min(row.k.current(), room, limit)
-        if source is None or k <= 0:
-            return []
-        return list(source.propose(row.generated, k))[:k]
+        room = min(row.request.max_new_tokens - len(row.generated) - 1, limit)
+        return plan_draft(row.request.draft, row.k, row.generated, room)
 
-    def _verify(self, row: _Row, draft: list[int], logits: torch.Tensor) -> int:
+    def _verify(self, row: _Row, plan: DraftPlan, logits: torch.Tensor) -> int:
         """Append the tokens the model chose for `row` at its scored positions, up to the first
         that differs from the draft (or EOS / the cap); how many of the fed columns are now
         valid KV (the last token and every confirmed draft token)."""
+        draft = plan.tokens
         prefix = torch.tensor([[*row.prompt, *row.generated, *draft]], dtype=torch.long)
         start = len(row.prompt) + len(row.generated)
-        accepted = written = 0
+        written: list[int] = []
         for j in range(len(draft) + 1):
             token = self._choose(prefix[:, : start + j], logits[j : j + 1])
             row.generated.append(token)
-            written += 1
-            matched = j < len(draft) and token == draft[j]
-            accepted += matched
-            if self.done(row) or not matched:
+            written.append(token)
+            if self.done(row) or j >= len(draft) or token != draft[j]:
                 break
         row.stats.passes += 1
         row.stats.proposed += len(draft)
-        row.stats.accepted += accepted
-        row.k.update(len(draft), accepted)
-        row.next_pos += written
-        return written
+        row.stats.accepted += settle_draft(row.k, plan, written)
+        row.next_pos += len(written)
+        return len(written)
 
     def _leave(self, finished: list[_Row]) -> None:
         gone = {id(row) for row in finished}

@@ -141,17 +141,31 @@ class AdaptiveK:
 
     Doubles after a fully accepted draft (up to `k_max`), halves after a partial one (not
     below what was accepted + 1), halves after a rejected one, and after `patience` rejections
-    in a row drops to 0 for `cooldown` steps, then tries one token again, resting again at its
-    next rejection: a useless draft source costs a position now and then, never a growing
+    in a row drops to 0 for `cooldown` passes, then tries one token again, resting again at
+    its next rejection: a useless draft source costs a position now and then, never a growing
     share of the work.
+
+    While resting it still watches (`watching`): the loop asks the source for one token it
+    does not score, and `observe` hears whether the model then wrote it. `wake` agreements in
+    a row end the rest at K = `k_wake`: after a garbled OCR line the re-aligned draft agrees
+    again within a pass or two of the next good line, which a blind rest would sleep through
+    (docs/benchmarks.md, "AdaptiveK tuned by replay"). 0: never wakes early.
+    Resting passes score nothing, so the watch is free: it only calls the source.
     """
 
+    # Tuned by replaying the loop on a trained decoder's recorded output (bench/draft_replay.py,
+    # docs/benchmarks.md): waking on the first agreement, straight to k_max, gets closest to a
+    # fixed K = 12 on OCR drafts, and the long rest (ended early by the watch) costs a useless
+    # draft fewer positions than the blind 16-pass one did.
     k_max: int = 12
     k: int = 4
-    patience: int = 3
-    cooldown: int = 16
+    patience: int = 2
+    cooldown: int = 64
+    wake: int = 1
+    k_wake: int = 12
     failures: int = 0
     resting: int = 0
+    agreements: int = 0
 
     def current(self) -> int:
         if self.resting > 0:
@@ -159,9 +173,23 @@ class AdaptiveK:
             return 0
         return self.k
 
+    def watching(self) -> bool:
+        """Whether a draft token is worth looking at (not scoring) in this resting pass."""
+        return self.wake > 0 and self.resting > 0
+
+    def observe(self, agreed: bool) -> None:
+        """While resting: whether the draft's next token was the one the model wrote."""
+        self.agreements = self.agreements + 1 if agreed else 0
+        if self.wake and self.agreements >= self.wake:
+            self.agreements = 0
+            self.resting = 0
+            self.failures = 0
+            self.k = min(self.k_max, max(1, self.k_wake))
+
     def update(self, proposed: int, accepted: int) -> None:
         if proposed == 0:
             return
+        self.agreements = 0
         if accepted == proposed:
             self.failures = 0
             self.k = min(self.k_max, max(1, self.k) * 2)
@@ -175,3 +203,41 @@ class AdaptiveK:
                 self.failures = self.patience - 1
                 self.resting = self.cooldown
                 self.k = 1
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """What one pass does with a row's draft: `tokens` are scored; `watched` (while the
+    policy rests) is only compared with what the model writes, at no cost."""
+
+    tokens: list[int]
+    watched: list[int]
+
+
+def plan_draft(
+    source: DraftSource | None, policy: AdaptiveK, generated: Sequence[int], room: int
+) -> DraftPlan:
+    """A row's draft for its next pass: up to the policy's K tokens, at most `room` (the
+    pass writes draft + 1 tokens: the draft never runs past the row's cap)."""
+    k = min(policy.current(), room)
+    if source is None or room <= 0:
+        return DraftPlan([], [])
+    if k > 0:
+        return DraftPlan(list(source.propose(generated, k))[:k], [])
+    if policy.watching():
+        return DraftPlan([], list(source.propose(generated, 1))[:1])
+    return DraftPlan([], [])
+
+
+def settle_draft(policy: AdaptiveK, plan: DraftPlan, written: Sequence[int]) -> int:
+    """Tell the policy how `plan` fared against the tokens the pass `written` (the accepted
+    draft prefix, then the model's own token); how many draft tokens were accepted."""
+    accepted = 0
+    for drafted, token in zip(plan.tokens, written, strict=False):
+        if drafted != token:
+            break
+        accepted += 1
+    if plan.watched and written:
+        policy.observe(plan.watched[0] == written[0])
+    policy.update(len(plan.tokens), accepted)
+    return accepted
