@@ -43,7 +43,6 @@ import threading
 import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -63,61 +62,7 @@ from bench.soak import (
     verify,
     write_config,
 )
-
-# ----------------------------------------------------------------------------- receiver
-
-
-@dataclass
-class Received:
-    webhook_id: str
-    event_id: str
-    type: str
-    job_id: int | None
-    t: float
-
-
-class Receiver:
-    """A webhook receiver on 127.0.0.1 that can be taken down and brought back on its port."""
-
-    def __init__(self) -> None:
-        self.got: list[Received] = []
-        self.lock = threading.Lock()
-        self.server: ThreadingHTTPServer | None = None
-        self.port = 0
-        self.downs = 0
-
-    def handler(self) -> type[BaseHTTPRequestHandler]:
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                data = body.get("data") or {}
-                with outer.lock:
-                    outer.got.append(Received(self.headers["webhook-id"], body.get("id", ""),
-                                              body.get("type", ""), data.get("job_id"),
-                                              time.time()))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *a: Any) -> None:
-                pass
-
-        return Handler
-
-    def up(self) -> None:
-        ThreadingHTTPServer.allow_reuse_address = True
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self.handler())
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def down(self) -> None:
-        assert self.server is not None
-        self.server.shutdown()
-        self.server.server_close()
-        self.server = None
-        self.downs += 1
-
+from tests.hookreceiver import Received, Receiver, free_port
 
 # ----------------------------------------------------------------------------- sampling
 
@@ -288,9 +233,9 @@ class Faults:
 
     def receiver_down(self, seconds: float) -> None:
         t = self.now()
-        self.ctx.receiver.down()
+        self.ctx.receiver.stop()
         time.sleep(seconds)
-        self.ctx.receiver.up()
+        self.ctx.receiver.start()
         self.done.append(Fault("receiver down", t, self.now()))
 
     def full_disk(self, seconds: float) -> None:
@@ -387,19 +332,11 @@ def tear_down(root: Path, bindfs: subprocess.Popen[bytes]) -> None:
     subprocess.run(["umount", str(root / "state")], check=False)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def config_extra(args: argparse.Namespace, receiver_port: int, http_port: int) -> dict[str, Any]:
+def config_extra(args: argparse.Namespace, receiver_url: str, http_port: int) -> dict[str, Any]:
     return {
         "inboxes": [{"path": "inbox"}, {"path": "share", "watch": "poll"}],
         "hooks": {
-            "webhooks": [{"url": f"http://127.0.0.1:{receiver_port}/hook", "name": "soak",
+            "webhooks": [{"url": receiver_url, "name": "soak",
                           "timeout_seconds": 5}],
             "retry_backoff_seconds": 1, "retry_backoff_max_seconds": 15,
             "retention_days": args.retention_days,
@@ -437,10 +374,9 @@ def run(args: argparse.Namespace) -> int:
     generated = time.monotonic() - t0
     print(f"longhaul: generated {len(inputs)} inputs in {generated:.1f} s", flush=True)
     bindfs = set_up(root, args)
-    receiver = Receiver()
-    receiver.up()
+    receiver = Receiver().start()  # tests/hookreceiver.py: 204 to every event
     http_port = free_port()
-    config = write_config(root, 0, config_extra(args, receiver.port, http_port))
+    config = write_config(root, 0, config_extra(args, receiver.url, http_port))
     d = Daemon(root, config)
     d.start()
     started = time.monotonic()
@@ -472,7 +408,11 @@ def run(args: argparse.Namespace) -> int:
         code = d.stop()
         duration = time.monotonic() - started
         problems = verify(root, inputs, code)
-        problems += verify_hooks(root, receiver, hooks_settled)
+        if len(killer.kills) + len(killer.worker_kills) < args.kills:
+            problems.append(f"only {len(killer.kills)} + {len(killer.worker_kills)} SIGKILLs, "
+                            f"fewer than --kills {args.kills}: lengthen --drop-seconds")
+        posts = [Post.of(r) for r in receiver.received()]
+        problems += verify_hooks(root, posts, hooks_settled)
         summary = summarize(root, inputs, d, killer, code, duration, problems)
     finally:
         tear_down(root, bindfs)
@@ -480,8 +420,7 @@ def run(args: argparse.Namespace) -> int:
         "generated_seconds": round(generated, 1),
         "by_inbox": {i: sum(1 for x in inputs if x.inbox == i) for i in ("inbox", "share")},
         "faults": [asdict(f) for f in faults.done],
-        "receiver": {"posts": len(receiver.got), "downs": receiver.downs,
-                     "distinct_ids": len({g.webhook_id for g in receiver.got})},
+        "receiver": {"posts": len(posts), "distinct_ids": len({p.webhook_id for p in posts})},
         "quiet_from_seconds": quiet_from,
         "daemon_exits_by_itself": restarter.exits,
         "slopes": slopes(sampler.samples, quiet_from, args.warmup_seconds),
@@ -505,19 +444,35 @@ def wait_delivered(root: Path, timeout: float) -> bool:
     return False
 
 
-def verify_hooks(root: Path, receiver: Receiver, settled: bool) -> list[str]:
+@dataclass(frozen=True)
+class Post:
+    """One event as the receiver got it."""
+
+    webhook_id: str
+    event_id: str
+    type: str
+    job_id: int | None
+
+    @staticmethod
+    def of(r: Received) -> Post:
+        body = json.loads(r.body)
+        return Post(r.event_id, body.get("id", ""), body.get("type", ""),
+                    (body.get("data") or {}).get("job_id"))
+
+
+def verify_hooks(root: Path, posts: list[Post], settled: bool) -> list[str]:
     problems: list[str] = []
     if not settled:
         left = db_rows(root, "SELECT state, count(*) AS n FROM deliveries "
                              "WHERE state != 'delivered' GROUP BY state")
         problems.append(f"deliveries not all delivered: {[dict(r) for r in left]}")
     by_id: dict[str, set[tuple[str, str, int | None]]] = {}
-    for g in receiver.got:
+    for g in posts:
         by_id.setdefault(g.webhook_id, set()).add((g.event_id, g.type, g.job_id))
     for wid, seen in by_id.items():
         if len(seen) != 1 or next(iter(seen))[0] != wid:
             problems.append(f"webhook-id {wid} carried {sorted(map(str, seen))}")
-    got = {(g.type, g.job_id) for g in receiver.got}
+    got = {(g.type, g.job_id) for g in posts}
     for j in db_rows(root, "SELECT id, state FROM jobs"):
         if (f"document.{j['state']}", j["id"]) not in got:
             problems.append(f"job {j['id']} ({j['state']}): its event never reached the receiver")
@@ -598,7 +553,8 @@ def write_outputs(out: Path, samples: list[Sample], summary: dict[str, Any],
 def main() -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     p.add_argument("--files", type=int, default=5000)
-    p.add_argument("--kills", type=int, default=20, help="(for the killer's pacing only)")
+    p.add_argument("--kills", type=int, default=20,
+                   help="at least this many SIGKILLs of daemon and worker, or it fails")
     p.add_argument("--worker-kills", type=int, default=8)
     p.add_argument("--drop-seconds", type=float, default=3000)
     p.add_argument("--fault-fraction", type=float, default=0.6,
