@@ -57,6 +57,7 @@ from bench.soak import (
     db_rows,
     drop_one,
     generate,
+    runtime,
     settle,
     summarize,
     verify,
@@ -107,13 +108,8 @@ def take_sample(root: Path, d: Daemon, started: float) -> Sample:
     counts = {r["state"]: r["n"] for r in
               db_rows(root, "SELECT state, count(*) AS n FROM jobs GROUP BY state")}
     dpid = d.proc.pid if d.alive() and d.proc is not None else None
-    wpid = None
-    if dpid is not None:
-        try:
-            kids = psutil.Process(dpid).children()
-            wpid = kids[0].pid if kids else None
-        except psutil.Error:
-            pass
+    # The worker as the daemon names it: the daemon has other children (not the worker).
+    wpid = runtime(root).get("worker_pid") if dpid is not None else None
     db = root / "state" / "docinbox.sqlite3"
     free = shutil.disk_usage(root / "state").free
     return Sample(
@@ -261,14 +257,14 @@ class Faults:
             probes.append({"t": self.now(), "took": round(took, 2), "body": body})
             time.sleep(1)
         os.kill(ctx.bindfs.pid, signal.SIGCONT)
-        named = [p["t"] - t for p in probes if "share" in json.dumps(p["body"])]
+        named = [p["t"] - t for p in probes if (p["body"] or {}).get("shares_not_answering")]
         self.done.append(Fault("share hung (bindfs SIGSTOP)", t, self.now(), {
             "probes": len(probes),
             "healthz_max_seconds": max((p["took"] for p in probes), default=None),
             "share_named_after_seconds": named[0] if named else None,
             "daemon_restarts_during_hang": ctx.d.starts - restarts_before,
             "first_named_body": next((p["body"] for p in probes
-                                      if "share" in json.dumps(p["body"])), None),
+                                      if (p["body"] or {}).get("shares_not_answering")), None),
         }))
         ctx.killer.paused.clear()
 
@@ -326,6 +322,8 @@ def set_up(root: Path, args: argparse.Namespace) -> subprocess.Popen[bytes]:
 
 
 def tear_down(root: Path, bindfs: subprocess.Popen[bytes]) -> None:
+    # The state tmpfs goes: keep a copy of the database to look into afterwards.
+    shutil.copytree(root / "state", root / "state-final", dirs_exist_ok=True)
     os.kill(bindfs.pid, signal.SIGCONT)
     subprocess.run(["fusermount3", "-u", str(root / "share")], check=False)
     bindfs.wait(30)
@@ -399,7 +397,7 @@ def run(args: argparse.Namespace) -> int:
         stop_kills.join()
         quiet_from = round(time.monotonic() - started, 1) if not killer.kills else \
             max(k["t"] for k in killer.kills)
-        settle(d, root, len(inputs), args.settle_timeout)
+        settle(d, root, len(inputs), args.settle_timeout, [root / "inbox", root / "nas"])
         restarter.stopping.set()
         hooks_settled = wait_delivered(root, args.settle_timeout)
         sampler.stopping.set()

@@ -306,15 +306,18 @@ def run(args: argparse.Namespace) -> int:
     return 0 if not problems else 1
 
 
-def settle(d: Daemon, root: Path, n: int, timeout: float) -> None:
-    """Restart the daemon if it is down; wait until `n` jobs are all terminal."""
+def settle(d: Daemon, root: Path, n: int, timeout: float,
+           inboxes: list[Path] | None = None) -> None:
+    """Restart the daemon if it is down; wait until `n` jobs are all terminal and nothing
+    is left in `inboxes` (a file re-taken as a second job must not end the wait early)."""
     with d.lock:
         if not d.alive():
             d.start()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         jobs = db_rows(root, "SELECT state FROM jobs")
-        if len(jobs) >= n and all(j["state"] in TERMINAL for j in jobs):
+        left = any(p.is_file() for i in inboxes or [] for p in i.rglob("*"))
+        if len(jobs) >= n and all(j["state"] in TERMINAL for j in jobs) and not left:
             break
         if not d.alive():
             print("soak: the daemon exited by itself; restarting it", flush=True)
