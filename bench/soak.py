@@ -57,6 +57,7 @@ class Input:
     kind: str  # pdf | image | duplicate | corrupt
     markers: list[str] = field(default_factory=list)  # one per page, known text
     same_as: str | None = None  # for duplicates: the name with the same bytes
+    inbox: str = "inbox"  # the inbox (relative to the root) it is dropped into
 
 
 def generate(src: Path, n: int, rng: random.Random) -> list[Input]:
@@ -90,7 +91,9 @@ def generate(src: Path, n: int, rng: random.Random) -> list[Input]:
             data = b"%PDF-1.7\n" + os.urandom(3000)
         elif i % 3 == 1:
             full = (src / pdfs[i].name).read_bytes()
-            data = full[: len(full) // 2]
+            # Cut before its page text, two halves could be byte-identical: the mark
+            # keeps each broken file its own content (not a duplicate of another).
+            data = full[: len(full) // 2] + b"\n%% cut %d\n" % i
         else:
             data = b"%%PDF-1.4\n%% empty body %d\n%%%%EOF\n" % i
         (src / name).write_bytes(data)
@@ -99,7 +102,8 @@ def generate(src: Path, n: int, rng: random.Random) -> list[Input]:
     return inputs
 
 
-def write_config(root: Path, page_delay: float) -> Path:
+def write_config(root: Path, page_delay: float, extra: dict[str, Any] | None = None) -> Path:
+    """The soak's config; `extra` adds or replaces top-level keys (bench/longhaul.py)."""
     engine: dict[str, Any] = {"name": "lite", "fallback_engine": None, "dpi": 100}
     if page_delay > 0:
         engine = {**engine, "name": "tests.plugins:FaultEngine",
@@ -116,6 +120,7 @@ def write_config(root: Path, page_delay: float) -> Path:
         "engine": engine,
         "worker": {"heartbeat_seconds": 1, "restart_backoff_seconds": 0.5},
         "logging": {"level": "INFO"},
+        **(extra or {}),
     }
     (root / "inbox").mkdir(parents=True, exist_ok=True)
     path = root / "config.yaml"
@@ -176,6 +181,69 @@ def runtime(root: Path) -> dict[str, Any]:
     return {r["key"]: json.loads(r["value"]) for r in db_rows(root, "SELECT * FROM runtime")}
 
 
+class Killer:
+    """SIGKILLs the daemon (half the time while a page is in progress) and now and then
+    the worker, every `min_gap`..`max_gap` s, restarting the daemon 0-1.5 s later.
+    `paused` holds it off (bench/longhaul.py pauses it while a share hangs)."""
+
+    def __init__(self, d: Daemon, root: Path, args: argparse.Namespace, started: float) -> None:
+        self.d, self.root, self.args, self.started = d, root, args, started
+        self.kills: list[dict[str, Any]] = []
+        self.worker_kills: list[dict[str, Any]] = []
+        self.stopping = threading.Event()
+        self.paused = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.thread.join()
+
+    def wait_for_page(self) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not self.stopping.is_set():
+            cur = runtime(self.root).get("current") or {}
+            if cur.get("page"):
+                break
+            time.sleep(0.1)
+
+    def loop(self) -> None:
+        krng = random.Random(self.args.seed + 1)
+        wk_left = self.args.worker_kills
+        d = self.d
+        while not self.stopping.is_set():
+            if self.stopping.wait(krng.uniform(self.args.min_gap, self.args.max_gap)):
+                return
+            targeted = krng.random() < 0.5
+            if targeted:  # wait (bounded) until a page is in progress
+                self.wait_for_page()
+                time.sleep(krng.uniform(0, 0.5))
+            if self.paused.is_set():
+                continue
+            with d.lock:
+                if not d.alive():
+                    continue
+                rt = runtime(self.root)
+                if wk_left > 0 and krng.random() < 0.25 and rt.get("worker_pid"):
+                    try:
+                        os.kill(int(rt["worker_pid"]), signal.SIGKILL)
+                        wk_left -= 1
+                        self.worker_kills.append({"t": round(time.monotonic() - self.started, 1),
+                                                  "current": rt.get("current")})
+                        continue
+                    except ProcessLookupError:
+                        pass
+                d.kill9()
+                self.kills.append({"t": round(time.monotonic() - self.started, 1),
+                                   "targeted": targeted, "current": rt.get("current")})
+                time.sleep(krng.uniform(0, 1.5))
+                d.start()
+            print(f"soak: t={time.monotonic() - self.started:6.1f}s kills={len(self.kills)} "
+                  f"worker_kills={len(self.worker_kills)}", flush=True)
+
+
 def drop_one(src: Path, inbox: Path, name: str, rng: random.Random) -> None:
     if rng.random() < 0.7:  # the careful writer: temp name, then rename
         tmp = inbox / f".{name}.part"
@@ -204,48 +272,8 @@ def run(args: argparse.Namespace) -> int:
     d.start()
     started = time.monotonic()
 
-    kills: list[dict[str, Any]] = []
-    worker_kills: list[dict[str, Any]] = []
-    stop_killer = threading.Event()
-
-    def killer() -> None:
-        krng = random.Random(args.seed + 1)
-        wk_left = args.worker_kills
-        while not stop_killer.is_set():
-            if stop_killer.wait(krng.uniform(args.min_gap, args.max_gap)):
-                return
-            targeted = krng.random() < 0.5
-            if targeted:  # wait (bounded) until a page is in progress
-                deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and not stop_killer.is_set():
-                    cur = runtime(root).get("current") or {}
-                    if cur.get("page"):
-                        break
-                    time.sleep(0.1)
-                time.sleep(krng.uniform(0, 0.5))
-            with d.lock:
-                if not d.alive():
-                    continue
-                rt = runtime(root)
-                if wk_left > 0 and krng.random() < 0.25 and rt.get("worker_pid"):
-                    try:
-                        os.kill(int(rt["worker_pid"]), signal.SIGKILL)
-                        wk_left -= 1
-                        worker_kills.append({"t": round(time.monotonic() - started, 1),
-                                             "current": rt.get("current")})
-                        continue
-                    except ProcessLookupError:
-                        pass
-                d.kill9()
-                kills.append({"t": round(time.monotonic() - started, 1), "targeted": targeted,
-                              "current": rt.get("current")})
-                time.sleep(krng.uniform(0, 1.5))
-                d.start()
-            print(f"soak: t={time.monotonic() - started:6.1f}s kills={len(kills)} "
-                  f"worker_kills={len(worker_kills)}", flush=True)
-
-    thread = threading.Thread(target=killer, daemon=True)
-    thread.start()
+    killer = Killer(d, root, args, started)
+    killer.start()
 
     # Drops spread over drop_seconds, in small bursts.
     order = list(inputs)
@@ -258,18 +286,38 @@ def run(args: argparse.Namespace) -> int:
     print(f"soak: all {len(order)} dropped at t={time.monotonic() - started:.0f}s", flush=True)
 
     # Keep killing until enough kills happened, then let it settle.
-    while len(kills) < args.kills:
+    while len(killer.kills) < args.kills:
         time.sleep(1)
-    stop_killer.set()
-    thread.join()
+    killer.stop()
+    n = len(inputs)
+    settle(d, root, n, args.settle_timeout)
+    code = d.stop()
+    duration = time.monotonic() - started
+    problems = verify(root, inputs, code)
+
+    summary = summarize(root, inputs, d, killer, code, duration, problems)
+    print("soak: kills at t=" + ", ".join(str(k["t"]) for k in killer.kills))
+    for p in problems:
+        print(f"VIOLATION: {p}")
+    print("soak: OK" if not problems else f"soak: FAILED ({len(problems)} violations)")
+    print(json.dumps(summary))
+    if not problems and not args.keep and not args.root:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if not problems else 1
+
+
+def settle(d: Daemon, root: Path, n: int, timeout: float,
+           inboxes: list[Path] | None = None) -> None:
+    """Restart the daemon if it is down; wait until `n` jobs are all terminal and nothing
+    is left in `inboxes` (a file re-taken as a second job must not end the wait early)."""
     with d.lock:
         if not d.alive():
             d.start()
-    n = len(inputs)
-    deadline = time.monotonic() + args.settle_timeout
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         jobs = db_rows(root, "SELECT state FROM jobs")
-        if len(jobs) >= n and all(j["state"] in TERMINAL for j in jobs):
+        left = any(p.is_file() for i in inboxes or [] for p in i.rglob("*"))
+        if len(jobs) >= n and all(j["state"] in TERMINAL for j in jobs) and not left:
             break
         if not d.alive():
             print("soak: the daemon exited by itself; restarting it", flush=True)
@@ -277,13 +325,15 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(1)
     # One more rescan period: anything left in the inbox would be taken now.
     time.sleep(5)
-    code = d.stop()
-    duration = time.monotonic() - started
-    problems = verify(root, inputs, code)
 
+
+def summarize(root: Path, inputs: list[Input], d: Daemon, killer: Killer, code: int,
+              duration: float, problems: list[str]) -> dict[str, Any]:
+    kills, worker_kills = killer.kills, killer.worker_kills
+    n = len(inputs)
     jobs = db_rows(root, "SELECT state, count(*) AS n FROM jobs GROUP BY state")
     counters = {r["name"]: r["value"] for r in db_rows(root, "SELECT * FROM counters")}
-    summary = {
+    return {
         "root": str(root),
         "inputs": n,
         "by_kind": {k: sum(1 for x in inputs if x.kind == k)
@@ -299,14 +349,6 @@ def run(args: argparse.Namespace) -> int:
         "duration_seconds": round(duration, 1),
         "violations": problems,
     }
-    print("soak: kills at t=" + ", ".join(str(k["t"]) for k in kills))
-    for p in problems:
-        print(f"VIOLATION: {p}")
-    print("soak: OK" if not problems else f"soak: FAILED ({len(problems)} violations)")
-    print(json.dumps(summary))
-    if not problems and not args.keep and not args.root:
-        shutil.rmtree(root, ignore_errors=True)
-    return 0 if not problems else 1
 
 
 def verify(root: Path, inputs: list[Input], exit_code: int) -> list[str]:
@@ -314,20 +356,19 @@ def verify(root: Path, inputs: list[Input], exit_code: int) -> list[str]:
     if exit_code != 0:
         problems.append(f"final SIGTERM stop exited {exit_code}")
     jobs = [dict(r) for r in db_rows(root, "SELECT * FROM jobs ORDER BY id")]
-    inbox = root / "inbox"
     by_source: dict[str, list[dict[str, Any]]] = {}
     for j in jobs:
         by_source.setdefault(j["source_path"], []).append(j)
     for j in jobs:
         if j["state"] not in TERMINAL:
             problems.append(f"job {j['id']} {j['source_path']} left {j['state']}")
-    expected_paths = {str(inbox / x.name) for x in inputs}
+    expected_paths = {str(root / x.inbox / x.name) for x in inputs}
     for path in by_source:
         if path not in expected_paths:
             problems.append(f"job for an unknown path {path}")
     done_by_name: dict[str, dict[str, Any]] = {}
     for x in inputs:
-        js = by_source.get(str(inbox / x.name), [])
+        js = by_source.get(str(root / x.inbox / x.name), [])
         if len(js) != 1:
             problems.append(f"{x.name}: {len(js)} jobs (expected exactly 1)")
             continue
@@ -340,8 +381,8 @@ def verify(root: Path, inputs: list[Input], exit_code: int) -> list[str]:
         if x.kind in ("pdf", "image", "duplicate"):
             groups.setdefault(x.same_as or x.name, []).append(x)
     for key, members in groups.items():
-        states = sorted(by_source[str(inbox / m.name)][0]["state"] for m in members
-                        if len(by_source.get(str(inbox / m.name), [])) == 1)
+        states = sorted(by_source[str(root / m.inbox / m.name)][0]["state"] for m in members
+                        if len(by_source.get(str(root / m.inbox / m.name), [])) == 1)
         want = ["done"] + ["duplicate"] * (len(members) - 1)
         if states != want:
             problems.append(f"content of {key}: states {states}, expected {want}")
@@ -351,13 +392,13 @@ def verify(root: Path, inputs: list[Input], exit_code: int) -> list[str]:
                 continue
             problems += check_output(root, m, done)
         for m in members:
-            js = by_source.get(str(inbox / m.name), [])
+            js = by_source.get(str(root / m.inbox / m.name), [])
             if js and js[0]["state"] == "duplicate" and not (root / "duplicates" / m.name).exists():
                 problems.append(f"{m.name}: duplicate not moved to duplicates/")
     for x in inputs:
         if x.kind != "corrupt":
             continue
-        js = by_source.get(str(inbox / x.name), [])
+        js = by_source.get(str(root / x.inbox / x.name), [])
         if len(js) != 1:
             continue
         j = js[0]
@@ -368,7 +409,8 @@ def verify(root: Path, inputs: list[Input], exit_code: int) -> list[str]:
             problems.append(f"{x.name}: not in failed/")
         elif not (root / "failed" / f"{x.name}.error.json").exists():
             problems.append(f"{x.name}: no error file in failed/")
-    left = [p for p in inbox.rglob("*") if p.is_file()]
+    left = [p for i in sorted({x.inbox for x in inputs}) for p in (root / i).rglob("*")
+            if p.is_file()]
     if left:
         problems.append(f"files left in the inbox: {[p.name for p in left][:10]}")
     tmp = root / "outbox" / ".docinbox-tmp"

@@ -18,6 +18,8 @@ class ExitCode(enum.IntEnum):
     NOT_FOUND = 3  # `retry`/`reprocess`: no such job
     ENGINE_UNAVAILABLE = 4  # model weights missing and no fallback engine configured
     ALREADY_RUNNING = 5  # another `docinbox run` holds the state folder lock
+    STATE_UNAVAILABLE = 75  # EX_TEMPFAIL: the state database could not be opened (disk
+    # full, locked by another process past the busy timeout); the unit restarts it later
     INTERRUPTED = 130  # SIGINT during a one-shot command
     CONFIG = 78  # EX_CONFIG: the configuration is wrong; every problem was printed
 

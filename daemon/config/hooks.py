@@ -19,7 +19,7 @@ from daemon.config.values import (
     Ctx,
     echo,
     p_bool,
-    p_int,
+    p_number,
     p_path,
     p_seconds,
     p_text,
@@ -242,9 +242,12 @@ class HooksConfig:
         at_least=("retry_backoff_seconds", "the cap cannot be below the first wait"),
         doc="longest wait between attempts (a `Retry-After` may ask for longer)",
     )
-    retention_days: int = setting(
-        default=30,
-        parse=p_int(1, 36500),
+    # Fractional days are allowed (0.01 = 14.4 min) so that a soak, or a user trying it
+    # out, sees the retention pass within hours; the floor keeps a typo like 0 from
+    # deleting events as soon as they are delivered.
+    retention_days: float = setting(
+        default=30.0,
+        parse=p_number(0.001, 36500, "fractions of a day are fine, e.g. 0.5"),
         doc="delivered and given-up events are deleted from the state database this many "
-        "days after they finished",
+        "days after they finished (fractions allowed, at least 0.001 = 86 s)",
     )

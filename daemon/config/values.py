@@ -139,6 +139,21 @@ def p_int(lo: int, hi: int | None = None, note: str = "") -> Parser:
     return parse
 
 
+def p_number(lo: float, hi: float, note: str = "") -> Parser:
+    """A plain number, whole or not, between `lo` and `hi` (both included)."""
+
+    def parse(ctx: Ctx, key: str, value: object) -> object:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            ctx.problem(key, f"expected a number, got {type_name(value)}", _range(lo, hi))
+            return INVALID
+        if not math.isfinite(value) or value < lo or value > hi:
+            ctx.problem(key, f"{value} is out of range", _range(lo, hi, note))
+            return INVALID
+        return float(value)
+
+    return parse
+
+
 def p_seconds(lo: float = 0.0, *, strict: bool = True, note: str = "") -> Parser:
     """Durations are plain numbers of seconds; `strict` means the lower bound is excluded."""
 

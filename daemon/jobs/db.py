@@ -123,10 +123,17 @@ class Database:
             os.close(fd)
             with contextlib.suppress(OSError):
                 os.chmod(path, 0o600)
-        self.conn = connect(path, readonly=readonly)
-        if not readonly:
-            self._migrate()
-            self._compact_once()
+        # Opening recovers the WAL a kill left behind, which needs space: on a full state
+        # disk that is StoreFull (the caller says so plainly), not a bare OperationalError.
+        with _as_store_errors():
+            self.conn = connect(path, readonly=readonly)
+            try:
+                if not readonly:
+                    self._migrate()
+                    self._compact_once()
+            except BaseException:
+                self.conn.close()
+                raise
 
     def close(self) -> None:
         self.conn.close()

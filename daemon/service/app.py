@@ -279,6 +279,8 @@ class Daemon:
             return
         try:
             self.upkeep.tick(self.wall(), idle=self.supervisor.current is None)
+        except StoreFull as exc:  # a checkpoint on a full disk: not "busy"
+            self._state_full(now, exc)
         except (StoreBusy, sqlite3.OperationalError) as exc:
             self.db_busy.problem(now, f"database busy ({exc}); will retry")
         except Exception:
@@ -466,6 +468,16 @@ class Daemon:
         except AlreadyRunning as exc:
             log.error("%s", exc)
             return ExitCode.ALREADY_RUNNING
+        except StoreBusy as exc:
+            # A full state disk (or a lock held past the busy timeout) when the database is
+            # opened: nothing can be recorded yet, so say why and exit; systemd starts it
+            # again RestartSec later, when space may be back (StoreFull is a StoreBusy).
+            what = "the state disk is full" if isinstance(exc, StoreFull) else "the state " \
+                "database is busy"
+            log.error("%s (%s: %s): cannot open the state database; exiting, to be started "
+                      "again (free space in the state folder)", what, self.cfg.state_dir, exc)
+            self.close()
+            return ExitCode.STATE_UNAVAILABLE
         except SchemaError as exc:
             # Not a crash to restart from: the state folder needs a person (exit 78, which
             # the unit does not restart).

@@ -897,3 +897,18 @@ def test_precision_names_are_declared_once_and_each_has_a_recipe() -> None:
     assert set(LOSSY_PRECISIONS) <= set(PRECISIONS)
     assert set(transformers_model.PRECISIONS) == names
     assert EngineConfig().model == transformers_model.DEFAULT_MODEL
+
+
+def test_retention_days_takes_fractions_above_a_floor(tmp_path: Path) -> None:
+    # A soak (or a user trying retention out) sets hours, not days.
+    def days(text: str) -> float:
+        cfg = load_config(minimal(tmp_path, f"hooks: {{retention_days: {text}}}\n"))
+        return cfg.hooks.retention_days
+
+    assert days("0.02") == 0.02
+    assert days("7") == 7.0
+    for bad in ("0", "0.0001", "-1", "true", "'2d'", ".nan"):
+        p = by_key(problems_of(minimal(tmp_path, f"hooks: {{retention_days: {bad}}}\n")))
+        assert "hooks.retention_days" in p, bad
+    assert "0.001" in by_key(problems_of(minimal(tmp_path, "hooks: {retention_days: 0}\n")))[
+        "hooks.retention_days"].hint

@@ -221,6 +221,37 @@ def test_full_state_disk_is_said_plainly_and_new_files_queue_soon_after_space_re
     assert d.stop() == 0
 
 
+def test_a_start_on_a_full_state_disk_says_so_and_exits_to_be_restarted(
+    tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
+) -> None:
+    # Found by bench/longhaul.py: a daemon SIGKILLed while the state disk was full could
+    # not open its database again (recovering the WAL needs space) and died with a
+    # traceback. It now says why and exits 75, which the unit restarts (RestartSec).
+    state = mounts(tmp_path / "state", "600k")
+    d = daemon_factory(rescan_seconds=300).start()
+    wait_for(lambda: d.runtime().get("phase") == "idle", 120, "the worker", d.proc)
+    src = tmp_path / "src"
+    src.mkdir()
+    drop(make_text_pdf(src / "before.pdf", [["Before the disk filled emu"]]), tmp_path / "inbox")
+    d.wait_settled(1, timeout=120)
+    d.kill9()
+    filler = fill(state)
+    d.start()
+    assert d.proc is not None
+    code = d.proc.wait(120)
+    log = d.output()
+    assert code == 75, log[-3000:]
+    assert "the state disk is full (" in log and "cannot open the state database" in log
+    assert "Traceback" not in log, log[-3000:]
+    filler.unlink()
+    d.start()
+    drop(make_text_pdf(src / "after.pdf", [["After space came back emu"]]), tmp_path / "inbox")
+    d.wait_settled(2, timeout=180)
+    assert_done_once_with_output(d, {"before.pdf": "disk filled emu",
+                                     "after.pdf": "space came back emu"})
+    assert d.stop() == 0
+
+
 def test_outbox_remounted_read_only_mid_run(
     tmp_path: Path, daemon_factory: DaemonFactory, mounts: MountTmpfs
 ) -> None:
