@@ -633,6 +633,7 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {_ratio(r, ref)} |"
             )
     lines += estimate_table(paths, settings.get("token_scale", 1.0), plan)
+    sys.path.insert(0, str(REPO))  # --report runs no child: bench/ is not importable yet
     from bench.drafted_page import drafted_table
 
     lines += drafted_table(paths)
