@@ -199,9 +199,9 @@ FORCE_BLOCK_TOKENS = 32
 
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One runtime in this fresh process, on the fixed page with forced token counts."""
-    from bench_mineru import FIXED_LAYOUT_BLOCKS  # type: ignore[import-not-found]
     from PIL import Image
 
+    from bench.mineru_paths import FIXED_LAYOUT_BLOCKS
     from daemon.config.settings import EngineConfig, LlamaCppConfig
     from daemon.document.page import PageInput, PageOptions, no_progress
     from daemon.engines.mineru.engine import MinerUEngine
@@ -279,7 +279,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from bench_mineru import DEFAULT_PDF, prepare_page
+    from bench.mineru_paths import DEFAULT_PDF, prepare_page
 
     page = prepare_page(DEFAULT_PDF, 0, 200, CACHE / "pages")
     records = []

@@ -7,6 +7,8 @@ get through produce real output; the fault is injected around it, chosen by
 
     fault: crash | segfault | hang | hog | raise | slow | unavailable
     on_page: 0            # 0-based page index that triggers the fault (-1: every page)
+    on_load: false        # true: the fault hits while the worker loads the engine instead
+                          # (crash|segfault|hang|raise), before its first page or Ready
     times: 1              # how many times in all (counted in files under marker_dir, so
                           # the count survives the worker restarts the fault causes)
     marker_dir: /tmp/x    # required for crash/segfault/hang/hog/raise
@@ -43,15 +45,22 @@ class FaultEngine:
         self.max_pages_in_flight = int(self.opts.get("pages_in_flight", 1))
 
     def load(self) -> EngineInfo:
-        if self.opts.get("fault") == "unavailable":
+        fault = self.opts.get("fault")
+        if fault == "unavailable":
             raise EngineUnavailable("test engine says its weights are missing", "make weights")
+        if fault and self.opts.get("on_load") and self._count_fault(-1):
+            self._inject(str(fault))  # as a native library's import that segfaults would
         info = self.inner.load()
         return EngineInfo(name="fault", model_id=info.model_id, details={"wraps": "lite"})
 
     def _should_fault(self, page_idx: int) -> bool:
         on = int(self.opts.get("on_page", 0))
-        if on not in (-1, page_idx):
+        if self.opts.get("on_load") or on not in (-1, page_idx):
             return False
+        return self._count_fault(page_idx)
+
+    def _count_fault(self, page_idx: int) -> bool:
+        """Whether this fault is still due (`times`), counting it under marker_dir."""
         marker = Path(str(self.opts.get("marker_dir", "/nonexistent")))
         if not marker.is_dir():
             return True
@@ -66,19 +75,22 @@ class FaultEngine:
         if fault == "slow":
             time.sleep(float(self.opts.get("slow_seconds", 1.0)))
         elif fault and self._should_fault(page.page_idx):
-            if fault == "crash":
-                os._exit(77)
-            if fault == "segfault":
-                ctypes.string_at(0)  # a real SIGSEGV
-            if fault == "hang":
-                time.sleep(3600)
-            if fault == "hog":
-                _HOG.append(bytearray(int(self.opts.get("hog_mb", 600)) * 1024 * 1024))
-                for i in range(0, len(_HOG[-1]), 4096):  # touch the pages so RSS grows
-                    _HOG[-1][i] = 1
-            if fault == "raise":
-                raise RuntimeError("the test engine broke on purpose")
+            self._inject(str(fault))
         return self.inner.parse_page(page, options, progress)
+
+    def _inject(self, fault: str) -> None:
+        if fault == "crash":
+            os._exit(77)
+        if fault == "segfault":
+            ctypes.string_at(0)  # a real SIGSEGV
+        if fault == "hang":
+            time.sleep(3600)
+        if fault == "hog":
+            _HOG.append(bytearray(int(self.opts.get("hog_mb", 600)) * 1024 * 1024))
+            for i in range(0, len(_HOG[-1]), 4096):  # touch the pages so RSS grows
+                _HOG[-1][i] = 1
+        if fault == "raise":
+            raise RuntimeError("the test engine broke on purpose")
 
     def close(self) -> None:
         self.inner.close()

@@ -11,6 +11,7 @@ import dataclasses
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ from daemon.common.errors import ExitCode
 from daemon.common.live import Phase
 from daemon.config.settings import Config
 from daemon.intake.ingest import sha256_file
-from daemon.jobs.states import JobState
+from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Store
 from daemon.output.publish import Publisher
 from daemon.supervisor.supervisor import Supervisor
+from daemon.supervisor.worker_handle import GiveUp
 
 
 class _KeepOriginals(Publisher):
@@ -77,28 +79,45 @@ def parse_files(
             )
             if res is not None:
                 jobs.append(res.job.id)
-        sup = Supervisor(cfg, store, _KeepOriginals(cfg, store, time.time), wall=time.time)
-        code = _drive(sup, store, jobs)
+        sup = Supervisor(
+            cfg, store, _KeepOriginals(cfg, store, time.time), wall=time.time,
+            give_up=_give_up(cfg),
+        )
+        code = _drive(sup, store, jobs, time.monotonic)
         store.close()
         return code
 
 
-def _drive(sup: Supervisor, store: Store, jobs: list[int]) -> int:
+def _give_up(cfg: Config) -> GiveUp:
+    """A person waits for `parse`: a worker that dies before its engine loads, as many
+    times in a row as a document may crash it, ends the run instead of being restarted
+    for ever (the daemon keeps trying; its status names the crash)."""
+    return GiveUp(
+        after=cfg.worker.max_attempts,
+        see="the worker's messages above",
+        hint=f"check the install of engine {cfg.engine.name!r} (bash scripts/setup.sh), "
+        "or convert with another one (--engine lite)",
+    )
+
+
+def _drive(sup: Supervisor, store: Store, jobs: list[int], clock: Callable[[], float]) -> int:
     bar = tqdm(total=len(jobs), unit="doc", file=sys.stderr, disable=None)
     try:
         while True:
-            sup.tick(time.monotonic())
+            sup.tick(clock())
             if sup.phase == Phase.FATAL:
+                bar.close()
                 print(f"docinbox: {sup.fatal_message}", file=sys.stderr)
                 if sup.fatal_hint:
                     print(f"fix: {sup.fatal_hint}", file=sys.stderr)
+                for job_id in jobs:
+                    job = store.job(job_id)
+                    if job is not None and job.state not in TERMINAL:
+                        print(f"{job.source_path}: not converted (left as it was)",
+                              file=sys.stderr)
                 return ExitCode.ENGINE_UNAVAILABLE
             states = [store.job(j) for j in jobs]
-            finished = sum(
-                1
-                for j in states
-                if j and j.state in (JobState.DONE, JobState.FAILED, JobState.DUPLICATE)
-            )
+            finished = sum(1 for j in states if j and j.state in TERMINAL)
             bar.n = finished
             cur = sup.snapshot().current
             if cur and cur.page:
@@ -108,16 +127,16 @@ def _drive(sup: Supervisor, store: Store, jobs: list[int]) -> int:
                 break
             time.sleep(0.1)
     except KeyboardInterrupt:
-        sup.request_stop(time.monotonic())
+        sup.request_stop(clock())
         while not sup.stopped:
-            sup.tick(time.monotonic())
+            sup.tick(clock())
             time.sleep(0.1)
         return ExitCode.INTERRUPTED
     finally:
         bar.close()
-    sup.request_stop(time.monotonic())
+    sup.request_stop(clock())
     while not sup.stopped:
-        sup.tick(time.monotonic())
+        sup.tick(clock())
         time.sleep(0.05)
     code = ExitCode.OK
     for job_id in jobs:

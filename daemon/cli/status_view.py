@@ -12,7 +12,7 @@ from pathlib import Path
 
 from daemon import __version__
 from daemon.common.display import safe_display
-from daemon.common.live import InboxFacts
+from daemon.common.live import InboxFacts, WorkerFacts
 from daemon.common.units import age, gib, mib, since
 from daemon.config.settings import LOSSY_PRECISIONS
 from daemon.jobs.states import JobState
@@ -52,6 +52,7 @@ def render_status(st: Status) -> str:
             + (f", {w.switches} engine switch(es)" if w.switches else "")
             + (f", last heartbeat {age(beat)} ago" if beat is not None else "")
         )
+        out.extend(crash_lines(w))
     cur = st.current
     if cur:
         now_line = f"now:     job {cur.job_id} {safe_display(Path(cur.path).name)}"
@@ -141,6 +142,22 @@ def engine_lines(st: Status) -> list[str]:
     if st.fatal:
         out.append(f"  STOPPED: {st.fatal}")
     return out
+
+
+def crash_lines(w: WorkerFacts) -> list[str]:
+    """Why the worker died: a worker that dies while loading its engine never takes a
+    document, so no failed job would say so; status does, with how often and when the
+    next try is."""
+    if not w.last_crash:
+        return []
+    if not w.failed_starts:
+        return [f"  last crash: {w.last_crash}"]
+    times = "once" if w.failed_starts == 1 else f"{w.failed_starts} times in a row"
+    nxt = f"; next start in {age(w.next_start_in)}" if w.next_start_in is not None else ""
+    return [
+        f"  CRASHING: {w.last_crash} ({times}){nxt}; its last words are in the daemon's log "
+        "(stderr or journalctl -u docinbox)"
+    ]
 
 
 def hook_lines(st: Status) -> list[str]:

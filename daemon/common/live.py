@@ -233,6 +233,12 @@ class WorkerFacts:
     # Seconds since the supervisor last heard from the worker, as of the main loop's
     # tick (None: no worker process).
     last_heartbeat_age: float | None = None
+    # Workers in a row that died before their engine was loaded (a crash at import: they
+    # never take a document, so no job says so), why the last one died unasked, and the
+    # seconds until the next restart (None: none waits), as of the main loop's tick.
+    failed_starts: int = 0
+    last_crash: str | None = None
+    next_start_in: float | None = None
 
 
 @dataclass(frozen=True)
@@ -389,6 +395,8 @@ class Live:
             self.worker.phase,
             self.worker.restarts,
             self.worker.switches,
+            self.worker.failed_starts,
+            self.worker.last_crash,
             self.engine.name,
             self.engine.loaded,
             self.fallback_reason,
@@ -420,6 +428,9 @@ class Live:
             "worker_restarts": self.worker.restarts,
             "worker_switches": self.worker.switches,
             "last_heartbeat_age": self.worker.last_heartbeat_age,
+            "worker_failed_starts": self.worker.failed_starts,
+            "worker_last_crash": self.worker.last_crash,
+            "worker_next_start_in": self.worker.next_start_in,
             "current": self.current.to_json() if self.current else None,
             "inboxes": [ib.to_json() for ib in self.inboxes],
             "folders": [f.to_json() for f in self.folders],
@@ -453,6 +464,9 @@ class Live:
                 restarts=_int(rt.get("worker_restarts")),
                 switches=_int(rt.get("worker_switches")) or 0,
                 last_heartbeat_age=_num(rt.get("last_heartbeat_age")),
+                failed_starts=_int(rt.get("worker_failed_starts")) or 0,
+                last_crash=_str(rt.get("worker_last_crash")),
+                next_start_in=_num(rt.get("worker_next_start_in")),
             ),
             current=CurrentDoc.from_json(rt.get("current")),
             inboxes=tuple(ib for ib in inboxes if ib is not None),

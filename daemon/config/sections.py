@@ -121,7 +121,10 @@ class LimitsConfig:
 @settings
 class WorkerConfig:
     max_attempts: int = setting(
-        default=3, parse=p_int(1), doc="worker crashes on one document before it fails as `crashed`"
+        default=3,
+        parse=p_int(1),
+        doc="worker crashes on one document before it fails as `crashed`; for `docinbox "
+        "parse`, also the worker's failed starts in a row before it gives up",
     )
     heartbeat_seconds: float = setting(
         default=5.0, parse=p_seconds(), doc="the worker reports it is alive this often"

@@ -372,6 +372,7 @@ class Daemon:
                 snap.worker,
                 last_heartbeat_age=(now - sup.worker.last_heartbeat)
                 if sup.worker.proc is not None else None,
+                next_start_in=sup.worker.next_start_in(now),
             ),
             current=snap.current,
             inboxes=self.watcher.describe(),

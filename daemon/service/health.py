@@ -100,6 +100,10 @@ def assess(status: Status, thresholds: Thresholds | None = None) -> Health:
         )
         if hb is not None and hb > grace:
             failing.append(f"worker not alive for {hb:.0f} s (phase {phase})")
+        elif live is not None and live.worker.failed_starts:
+            # Named, or "down" alone would look like any restart in progress.
+            degraded.append(f"worker not running (phase {phase}): {live.worker.last_crash}, "
+                            f"{live.worker.failed_starts} time(s) in a row")
         else:
             degraded.append(f"worker not running (phase {phase})")
 

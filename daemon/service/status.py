@@ -368,7 +368,13 @@ class Status:
         """The worker as a reader should see it: only a running daemon has one."""
         w = self.live.worker if self.live else WorkerFacts(phase="stopped")
         if self.running:
-            return w
+            taken = self.live.updated_at if self.live else None
+            if w.next_start_in is None or taken is None:
+                return w
+            # Counted from when the facts were taken (the row is rewritten every few
+            # seconds), down to now.
+            left = max(0.0, w.next_start_in - max(0.0, self.now - taken))
+            return dataclasses.replace(w, next_start_in=left)
         return WorkerFacts(
             phase="stopped", peak_rss=w.peak_rss, restarts=w.restarts, switches=w.switches
         )
@@ -425,6 +431,9 @@ class Status:
                 "restarts": w.restarts,
                 "engine_switches": w.switches,
                 "last_heartbeat_age": w.last_heartbeat_age,
+                "failed_starts": w.failed_starts,
+                "last_crash": w.last_crash,
+                "next_start_in": w.next_start_in,
             },
             "current": self.current.to_json() if self.current else None,
             "counts": dict(q.counts) if q else None,

@@ -45,7 +45,13 @@ from daemon.jobs.store import Store, StoreBusy
 from daemon.supervisor.document_run import DocumentRun, Outcomes, Records
 from daemon.supervisor.engine_choice import EngineChoice
 from daemon.supervisor.states import WorkerState
-from daemon.supervisor.worker_handle import Crashed, Overdue, ProcessContext, WorkerHandle
+from daemon.supervisor.worker_handle import (
+    Crashed,
+    GiveUp,
+    Overdue,
+    ProcessContext,
+    WorkerHandle,
+)
 
 log = logging.getLogger("docinbox.supervisor")
 
@@ -79,11 +85,16 @@ class Supervisor:
         *,
         wall: Callable[[], float],
         context: ProcessContext | None = None,
+        give_up: GiveUp | None = None,
     ) -> None:
         self.cfg = cfg
         self.records = Records(store, outcomes, wall)
         self.choice = EngineChoice(cfg.engine)  # which engine the next worker loads
-        self.worker = WorkerHandle(cfg, context or multiprocessing.get_context("spawn"))
+        # give_up: when a worker dying before its engine loads is fatal (`docinbox parse`);
+        # None: restart it with backoff for ever (the daemon), status names the crash.
+        self.worker = WorkerHandle(
+            cfg, context or multiprocessing.get_context("spawn"), give_up
+        )
         self.current: DocumentRun | None = None
         # One way: set by request_stop, never cleared. The worker finishes its page first.
         self.stopping = False
@@ -222,9 +233,9 @@ class Supervisor:
         match self.worker.check(now):
             case Crashed(reason=reason):
                 run, self.current = self.current, None
-                if run is None:
-                    log.error("%s", reason)
-                else:
+                if run is None and self.worker.state is not WorkerState.FATAL:
+                    log.error("%s", self.worker.last_crash or reason)
+                elif run is not None:
                     run.crashed(reason, self.cfg.worker.max_attempts)
             case Overdue():
                 run = self.current

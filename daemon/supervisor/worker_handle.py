@@ -93,6 +93,25 @@ class Fatal:
     hint: str
 
 
+@dataclass(frozen=True)
+class GiveUp:
+    """When to stop restarting a worker that dies before its engine is loaded.
+
+    The daemon never gives up (None): it backs off up to `restart_backoff_max_seconds` and
+    status names the crash, since a server left alone may recover (a share with the weights
+    comes back). `docinbox parse` has a person waiting: after `after` failed starts in a
+    row it is fatal, with `see` saying where the worker's own last words are.
+    """
+
+    after: int
+    see: str
+    hint: str
+
+
+# What a worker that is killed for taking too long to load did (see `_crashed`).
+LOAD_TIMEOUT = "did not load the engine within startup_timeout_seconds"
+
+
 def exit_reason(exitcode: int | None) -> str:
     if exitcode is None:
         return "stopped responding"
@@ -117,7 +136,9 @@ def _worker_view(cfg: Config) -> tuple[object, ...]:
 class WorkerHandle:
     """The worker process, its pipe, its health, and when the next one may start."""
 
-    def __init__(self, cfg: Config, context: ProcessContext) -> None:
+    def __init__(
+        self, cfg: Config, context: ProcessContext, give_up: GiveUp | None = None
+    ) -> None:
         self.cfg = cfg
         self.ctx = context
         self.state = WorkerState.DOWN
@@ -126,6 +147,11 @@ class WorkerHandle:
         self.deadline = 0.0  # of starting, of the page in progress, or of stopping
         self.restart_at = 0.0
         self.consecutive_failures = 0
+        # Deaths in a row before the engine was loaded (no `Ready`); 0 after a Ready.
+        self.failed_starts = 0
+        self.last_crash: str | None = None  # why the last worker died unasked, for status
+        self.give_up = give_up
+        self.engine_name = ""  # what the last spawn was asked to load
         self.restarts = 0  # starts after a crash, a hang or an internal error
         self.last_heartbeat = 0.0
         self.started_at: float | None = None
@@ -172,6 +198,7 @@ class WorkerHandle:
         self.started_at = now
         self.peak_rss = 0
         self.spawned_with = self.cfg
+        self.engine_name = engine
         log.info("worker started (pid %s, engine %s)", proc.pid, engine)
 
     def ready(
@@ -180,6 +207,7 @@ class WorkerHandle:
     ) -> None:
         self.engine = engine
         self.estimate = estimate
+        self.failed_starts = 0
         self.idle_since = now
         self.pages_in_flight = pages_in_flight
         if self.state is WorkerState.STARTING:  # a stop sent while it loaded still stands
@@ -322,7 +350,7 @@ class WorkerHandle:
                 log.info("worker stopped")
                 self._stopped(now)
                 return None
-            return self._crashed(now, f"the worker {exit_reason(code)}")
+            return self._crashed(now, exit_reason(code), on_start=state is WorkerState.STARTING)
         overdue = now > self.deadline
         if state is WorkerState.STOPPING and overdue:
             log.warning("worker did not stop in time; killing it")
@@ -331,14 +359,14 @@ class WorkerHandle:
             return None
         if state is WorkerState.STARTING and overdue:
             self.kill()
-            return self._crashed(now, "the engine did not load within startup_timeout_seconds")
+            return self._crashed(now, LOAD_TIMEOUT, on_start=True)
         if state is WorkerState.BUSY and overdue:
             self.kill()
             return Overdue()
         silent = now - self.last_heartbeat > self.cfg.worker.heartbeat_timeout_seconds
         if state in (WorkerState.IDLE, WorkerState.BUSY) and silent:
             self.kill()
-            return self._crashed(now, "the worker stopped sending heartbeats")
+            return self._crashed(now, "stopped sending heartbeats", on_start=False)
         return None
 
     def _stopped(self, now: float) -> None:
@@ -350,10 +378,30 @@ class WorkerHandle:
             self._move(WorkerState.UNLOADED)
             log.info("worker unloaded; the next document starts it again")
 
-    def _crashed(self, now: float, reason: str) -> Crashed:
+    def _crashed(self, now: float, what: str, *, on_start: bool) -> Crashed:
+        """The worker died unasked (`what` it did: "crashed (SIGSEGV)"); it is reaped.
+        Its successor is a restart after a backoff, unless `give_up` says it is fatal."""
+        reason = f"the worker {what}"
         self.consecutive_failures += 1
-        self.recover(now)
+        self.failed_starts = self.failed_starts + 1 if on_start else 0
+        loading = on_start and what != LOAD_TIMEOUT  # which says so itself
+        self.last_crash = f"{reason} before its engine was loaded" if loading else reason
+        give_up = self.give_up
+        if give_up is not None and self.failed_starts >= give_up.after:
+            self.cannot_run(
+                f"the worker failed to start {self.failed_starts} times in a row (engine "
+                f"{self.engine_name!r}; the last time it {what}); see {give_up.see}",
+                give_up.hint,
+            )
+        else:
+            self.recover(now)
         return Crashed(reason)
+
+    def next_start_in(self, now: float) -> float | None:
+        """Seconds until a restart after a fault may start a worker; None when none waits."""
+        if self.state is not WorkerState.RECOVERING:
+            return None
+        return max(0.0, self.restart_at - now)
 
     def facts(self, switches: int) -> WorkerFacts:
         return WorkerFacts(
@@ -363,4 +411,6 @@ class WorkerHandle:
             peak_rss=self.peak_rss,
             restarts=self.restarts,
             switches=switches,
+            failed_starts=self.failed_starts,
+            last_crash=self.last_crash,
         )

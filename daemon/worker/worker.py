@@ -114,6 +114,10 @@ def worker_main(conn: Connection, cfg: Config, engine_name: str, parent_pid: int
     # `kill -USR1 <worker pid>` prints every thread's stack: how to see where a stuck
     # page is stuck without a debugger on a headless server.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # A SIGSEGV or abort (in torch, a native kernel, an engine's import) prints the Python
+    # stack of every thread to stderr before the process dies: the "last words" that
+    # `parse` and `status` point to when the worker keeps dying.
+    faulthandler.enable(all_threads=True)
     chan = _Channel(conn)
     stop = threading.Event()
     hb = threading.Thread(

@@ -117,6 +117,49 @@ def test_parse_one_shot_keeps_originals(tmp_path: Path) -> None:
     assert pdf.exists() and broken.exists()  # never moved by parse
 
 
+SEGFAULT_ON_LOAD = {"name": "tests.plugins:FaultEngine", "fallback_engine": None,
+                    "options": {"fault": "segfault", "on_load": True}}
+
+
+def test_parse_gives_up_on_a_worker_that_segfaults_loading_the_engine(tmp_path: Path) -> None:
+    pdf = make_text_pdf(tmp_path / "letter.pdf", [["Never converted"]])
+    before = (pdf.read_bytes(), pdf.stat().st_mtime_ns)
+    config = write_config(tmp_path, engine=SEGFAULT_ON_LOAD)
+    out = tmp_path / "out"
+    # It used to restart the worker for ever (backoff up to 300 s): the timeout is only
+    # there so that a regression fails instead of hanging the suite.
+    r = cli("parse", str(pdf), "-o", str(out), "--config", str(config), cwd=tmp_path,
+            timeout=240)
+    assert r.returncode == 4, r.stderr
+    assert ("docinbox: the worker failed to start 3 times in a row (engine "
+            "'tests.plugins:FaultEngine'; the last time it crashed (SIGSEGV)); see the "
+            "worker's messages above") in r.stderr, r.stderr
+    assert "Fatal Python error: Segmentation fault" in r.stderr  # those messages
+    assert "fix: " in r.stderr and f"{pdf}: not converted (left as it was)" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert (pdf.read_bytes(), pdf.stat().st_mtime_ns) == before
+    assert sorted(out.iterdir()) == [] and sorted(tmp_path.iterdir()) == sorted(
+        [pdf, config, tmp_path / "inbox", out]
+    )
+
+
+def test_status_names_a_worker_that_keeps_dying_loading_the_engine(
+    tmp_path: Path, daemon_factory: DaemonFactory
+) -> None:
+    d = daemon_factory(engine=SEGFAULT_ON_LOAD).start()
+    wait_for(lambda: (d.runtime().get("worker_failed_starts") or 0) >= 2, 120,
+             "two failed worker starts", d.proc)
+    r = cli("status", "--config", str(d.config))
+    assert r.returncode == 0, r.stderr
+    assert "running (pid" in r.stdout  # the daemon keeps trying, with backoff
+    assert ("  CRASHING: the worker crashed (SIGSEGV) before its engine was loaded ("
+            in r.stdout), r.stdout
+    assert "times in a row" in r.stdout and "daemon's log" in r.stdout
+    worker = json.loads(cli("status", "--json", "--config", str(d.config)).stdout)["worker"]
+    assert worker["failed_starts"] >= 2 and "SIGSEGV" in worker["last_crash"]
+    assert d.stop() == 0
+
+
 def test_status_list_retry_after_adding_the_password(
     tmp_path: Path, daemon_factory: DaemonFactory
 ) -> None:
