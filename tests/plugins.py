@@ -5,7 +5,7 @@ the same for docinbox's supervisor. Each wraps the REAL `lite` engine, so docume
 get through produce real output; the fault is injected around it, chosen by
 `engine.options`:
 
-    fault: crash | segfault | hang | hog | raise | slow | unavailable
+    fault: crash | segfault | hang | hog | raise | slow | unavailable | gate
     on_page: 0            # 0-based page index that triggers the fault (-1: every page)
     on_load: false        # true: the fault hits while the worker loads the engine instead
                           # (crash|segfault|hang|raise), before its first page or Ready
@@ -14,6 +14,9 @@ get through produce real output; the fault is injected around it, chosen by
     marker_dir: /tmp/x    # required for crash/segfault/hang/hog/raise
     slow_seconds: 2.0     # fault=slow: extra time per page
     hog_mb: 600           # fault=hog: memory to grab and keep
+    (fault=gate: every page, once converted, writes `marker_dir/at-gate` and waits until
+    `marker_dir/open` exists (at most 120 s) before it is answered, so a test can act
+    while the worker holds a page it is done reading: move the inbox away, say)
     pages_in_flight: 1    # declared as max_pages_in_flight: the worker parses that many
                           # lookahead pages at once, from threads
 """
@@ -76,7 +79,16 @@ class FaultEngine:
             time.sleep(float(self.opts.get("slow_seconds", 1.0)))
         elif fault and self._should_fault(page.page_idx):
             self._inject(str(fault))
-        return self.inner.parse_page(page, options, progress)
+        result = self.inner.parse_page(page, options, progress)
+        if fault == "gate":
+            self._wait_at_gate(Path(str(self.opts["marker_dir"])))
+        return result
+
+    def _wait_at_gate(self, marker: Path) -> None:
+        (marker / "at-gate").write_text(str(os.getpid()))
+        end = time.monotonic() + 120
+        while not (marker / "open").exists() and time.monotonic() < end:
+            time.sleep(0.02)
 
     def _inject(self, fault: str) -> None:
         if fault == "crash":

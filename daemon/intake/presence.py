@@ -26,13 +26,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from daemon.common.display import safe_display
 from daemon.common.mounttable import parse_mountinfo, read_mountinfo
@@ -251,6 +252,42 @@ class FolderPresence:
 
     def _name(self) -> str:
         return safe_display(self.label)
+
+
+class InboxLooks(Protocol):
+    """The inboxes' presence as the supervisor and the publisher see it (the watcher):
+    a document whose inbox is away waits in the queue, it does not fail. Inboxes are
+    named as jobs name them (`str(InboxConfig.path)`)."""
+
+    def missing_inboxes(self) -> Mapping[str, str]:
+        """The inboxes away as of the last look (no call into any folder): inbox -> why
+        (gone, not mounted, not answering)."""
+        ...
+
+    def look_at_inbox(self, inbox: str) -> str | None:
+        """Look at `inbox` now, not at the last look's result (a document of it could
+        not be read, or its original is not where it was): why it is away, or None when
+        it is there or is no inbox watched."""
+        ...
+
+
+class NoInboxLooks:
+    """No watcher (`docinbox parse`, benchmarks): every inbox counts as there."""
+
+    def missing_inboxes(self) -> Mapping[str, str]:
+        return {}
+
+    def look_at_inbox(self, inbox: str) -> str | None:
+        return None
+
+
+class InboxAway(OSError):
+    """A finished document's original cannot be archived or deleted now: it is not at its
+    path because its inbox is away. Not the document's fault: its output waits and is
+    tried again (as for a full outbox), and is published when the inbox is back."""
+
+    def __init__(self, inbox: str, why: str) -> None:
+        super().__init__(errno.ENOENT, f"its inbox {safe_display(inbox)} is {why}", inbox)
 
 
 # inotify(7): the folder itself moved or deleted; the kernel always adds IN_UNMOUNT (its

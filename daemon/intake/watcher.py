@@ -116,6 +116,8 @@ class Watcher:
         self._observers = InboxObservers(settings, io, self._call, self._enqueue)
         self._overflow_hook = OverflowHook(self._overflowed, self._hints_ready)
         self._states: list[InboxState] = [self._new_state(inbox) for inbox in inboxes]
+        # The last tick's time: what a look between ticks (`look_at_inbox`) schedules from.
+        self._now = -math.inf
 
     @classmethod
     def from_config(cls, config: Config, io: WatcherIO | None = None) -> Watcher:
@@ -346,12 +348,15 @@ class Watcher:
         for state in self._states:
             if state.root in fired:
                 state.presence.check_soon()
+        self._now = now
         due = [state for state in self._states if state.presence.due(now)]
-        if not due:
-            return
+        if due:
+            self._look_at(due, now)
+
+    def _look_at(self, states: Sequence[InboxState], now: float) -> None:
         points = self._mount_points()  # read once for all of them
         self._shares.refresh()
-        for state in due:
+        for state in states:
             state.share = self._shares.mount_of(state.root)
             presence = state.presence
             probe = probe_through(self._call, state.root, points, self._io.probe)
@@ -377,6 +382,25 @@ class Watcher:
                 self._observers.watch_root(state)
                 self._observers.start(state)
             state.next_scan = None
+
+    def missing_inboxes(self) -> dict[str, str]:
+        """The inboxes away as of the last look: inbox (as jobs name it) -> why. Their
+        queued documents wait (the supervisor takes none of them)."""
+        return {
+            str(state.inbox.path): state.presence.missing
+            for state in self._states
+            if state.presence.missing is not None
+        }
+
+    def look_at_inbox(self, inbox: str) -> str | None:
+        """Look at `inbox` now (through its share's lane, like every look): a document
+        of it could not be read or its original is not where it was, and the next look
+        may be seconds away. Why it is away, or None (there, or not watched)."""
+        state = next((s for s in self._states if str(s.inbox.path) == inbox), None)
+        if state is None:
+            return None
+        self._look_at([state], self._now)
+        return state.presence.missing
 
     # -- scanning -------------------------------------------------------------------------
 

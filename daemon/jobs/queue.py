@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -185,13 +185,16 @@ class JobRecords(Database):
 
     # -- ingest ---------------------------------------------------------------------
 
-    def known_source(self, path: str, size: int, mtime_ns: int) -> bool:
-        """True when this exact file (path, size, mtime) was already recorded: no re-hash."""
+    def known_source(
+        self, path: str, size: int, mtime_ns: int, *, sha256: str | None = None
+    ) -> bool:
+        """True when this exact file (path, size, mtime) was already recorded: no re-hash.
+        With `sha256`: recorded as that content."""
         row = self.conn.execute(
-            "SELECT 1 FROM sources WHERE path = ? AND size = ? AND mtime_ns = ?",
+            "SELECT sha256 FROM sources WHERE path = ? AND size = ? AND mtime_ns = ?",
             (path, size, mtime_ns),
         ).fetchone()
-        return row is not None
+        return row is not None and (sha256 is None or row["sha256"] == sha256)
 
     def record_arrival(
         self,
@@ -308,11 +311,14 @@ class JobRecords(Database):
 
     # -- queue ------------------------------------------------------------------------
 
-    def next_job(self, now: float) -> Job | None:
+    def next_job(self, now: float, skip_inboxes: Collection[str] = ()) -> Job | None:
+        """The job to start next; none of the `skip_inboxes` (away: their jobs wait)."""
+        skip = sorted(skip_inboxes)
         row = self.conn.execute(
             self._JOB_SELECT + " WHERE jobs.state = ? AND jobs.not_before <= ? "
+            f"AND jobs.inbox NOT IN ({', '.join('?' * len(skip))}) "
             "ORDER BY jobs.not_before > 0, jobs.id LIMIT 1",
-            (JobState.QUEUED.value, now),
+            (JobState.QUEUED.value, now, *skip),
         ).fetchone()
         return Job.from_row(dict(row)) if row else None
 

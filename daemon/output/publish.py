@@ -30,6 +30,8 @@ from daemon.common.errors import FailureKind
 from daemon.config.settings import Config
 from daemon.document.page import Block, EngineInfo, Json
 from daemon.document.record import PageRecord
+from daemon.intake.ingest import sha256_file
+from daemon.intake.presence import InboxAway, InboxLooks, NoInboxLooks
 from daemon.jobs.store import EventMaker, Job, NewEvent, NoEvents, Outcome, Published, Store
 from daemon.output import originals, outbox
 from daemon.output.durable import json_bytes
@@ -204,12 +206,15 @@ def page_data(page: PageRecord) -> PageData:
 class Publisher:
     def __init__(
         self, cfg: Config, store: Store, wall: Callable[[], float],
-        events: EventMaker | None = None,
+        events: EventMaker | None = None, inboxes: InboxLooks | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
         self.wall = wall
         self.events = events or NoEvents()
+        # Whether an original's inbox is away (the watcher): then it is not archived
+        # "later", it is waited for.
+        self.inboxes: InboxLooks = inboxes or NoInboxLooks()
 
     def meta_for(
         self, job: Job, pages: Sequence[PageRecord], engine: EngineInfo | None
@@ -233,7 +238,10 @@ class Publisher:
     def complete(self, job: Job, engine: EngineInfo | None, seconds: float) -> Published:
         """Publish a job whose pages are all stored; `engine` is the one the worker
         loaded, `seconds` its converting time. Returns the outbox folder and the event
-        that tells of it; raises OSError when the folder cannot be written."""
+        that tells of it; raises OSError when the folder cannot be written, InboxAway
+        (nothing written) when the original is to be archived or deleted and its inbox is
+        away: the document then waits like one whose outbox is full."""
+        self._check_inbox(job)
         stored = self.store.pages(job.id)
         doc = DocumentFiles(
             pages=[page_data(p) for p in stored],
@@ -260,10 +268,45 @@ class Publisher:
             page_seconds=sum(p.seconds for p in stored),
         )
 
+    def _check_inbox(self, job: Job) -> None:
+        """Raise InboxAway when the original is to leave its inbox and is not there
+        because the inbox is away. Done as the job is done, the original would stay in
+        the inbox for good: when the inbox is back it is a known file, never taken again.
+        An inbox known to be away is not looked into: it may be a share that hangs."""
+        if self.cfg.after_success == "keep" or job.held_path is not None:
+            return  # nothing to move, or the original is in archive/ or failed/
+        away = self.inboxes.missing_inboxes().get(job.inbox)
+        if away is None and not os.path.lexists(job.source_path):
+            away = self.inboxes.look_at_inbox(job.inbox)
+        if away is not None:
+            raise InboxAway(job.inbox, away)
+
+    def _unchanged(self, job: Job, src: Path) -> bool:
+        """Whether the file at the original's path is still the content converted: the
+        (path, size, mtime) ingest recorded, else its hash (as ingest decides)."""
+        st = src.stat()
+        if self.store.known_source(str(src), st.st_size, st.st_mtime_ns, sha256=job.sha256):
+            return True
+        return st.st_size == job.size and sha256_file(src) == job.sha256
+
     def _dispose_original(self, job: Job) -> None:
         src = Path(job.read_path)
         if not src.exists():
+            self._check_inbox(job)  # it went away since the check before writing
+            if job.held_path is None and self.cfg.after_success != "keep":
+                log.warning("job %s: the original %s is no longer in the inbox; nothing to "
+                            "%s", job.id, safe_display(src), self.cfg.after_success)
             return  # archived by an earlier completion that was interrupted, or removed
+        if job.held_path is None and self.cfg.after_success != "keep" and not self._unchanged(
+            job, src
+        ):
+            # Another file at its path now (replaced while the inbox was away, or a
+            # writer still going): never archived as this document; the watcher offers
+            # it as what it is.
+            log.warning("job %s: %s changed since it was queued; left in place to be taken "
+                        "as a new file", job.id, safe_display(src))
+            self.store.forget_source(job.source_path)
+            return
         if src.is_relative_to(self.cfg.archive):
             return  # a reprocess of an archived original: it stays where it is
         if src.is_relative_to(self.cfg.failed):

@@ -166,17 +166,20 @@ class Daemon:
         removed = outbox.cleanup_orphans(self.cfg.outbox)
         if removed:
             log.info("removed %d unfinished output folder(s) from an earlier stop", removed)
-        self.publisher = Publisher(self.cfg, self.store, self.wall, self.hooks)
         self.watcher = Watcher.from_config(
             self.cfg, WatcherIO(wall=self.wall, shares=self.shares)
         )
+        # Both ask the watcher whether an inbox is away: its documents wait, never fail.
+        self.publisher = Publisher(self.cfg, self.store, self.wall, self.hooks,
+                                   inboxes=self.watcher)
         self.folders.watch(self.cfg, now)
         self.ingestor = Ingestor(
             self.cfg, self.store, self.wall, self.watcher.forget, self.hooks,
             call=self.shares.call,
         )
         self.supervisor = Supervisor(
-            self.cfg, self.store, GuardedOutcomes(self.publisher, self.folders), wall=self.wall
+            self.cfg, self.store, GuardedOutcomes(self.publisher, self.folders), wall=self.wall,
+            inboxes=self.watcher,
         )
         self.watcher.start()
         self.started_wall = self.wall()

@@ -87,11 +87,13 @@ class DocumentRun:
 
     @classmethod
     def take_next(
-        cls, records: Records, cfg: Config, engine: EngineInfo | None, now: float
+        cls, records: Records, cfg: Config, engine: EngineInfo | None, now: float,
+        held_inboxes: frozenset[str] = frozenset(),
     ) -> DocumentRun | None:
-        """Start the next queued job, or None when the queue is empty."""
+        """Start the next queued job, or None when the queue is empty. Jobs of the
+        `held_inboxes` (away) are not taken: they wait for their inbox."""
         store, wall = records.store, records.wall
-        job = store.next_job(wall())
+        job = store.next_job(wall(), skip_inboxes=held_inboxes)
         if job is None:
             return None
         job = store.start_job(job.id, wall(), _engine_name(engine))
@@ -100,9 +102,9 @@ class DocumentRun:
         return cls(job=job, started=now, options=page_options(cfg, job), records=records)
 
     @staticmethod
-    def queued(records: Records) -> bool:
+    def queued(records: Records, held_inboxes: frozenset[str] = frozenset()) -> bool:
         """Whether a job may start now (what `take_next` would take), without taking it."""
-        return records.store.next_job(records.wall()) is not None
+        return records.store.next_job(records.wall(), skip_inboxes=held_inboxes) is not None
 
     # -- pages ------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from daemon.document.protocol import (
     Reply,
     Unavailable,
 )
+from daemon.intake.presence import InboxLooks, NoInboxLooks
 from daemon.jobs.store import Store, StoreBusy
 from daemon.supervisor.document_run import DocumentRun, Outcomes, Records
 from daemon.supervisor.engine_choice import EngineChoice
@@ -86,8 +87,11 @@ class Supervisor:
         wall: Callable[[], float],
         context: ProcessContext | None = None,
         give_up: GiveUp | None = None,
+        inboxes: InboxLooks | None = None,
     ) -> None:
         self.cfg = cfg
+        # Which inboxes are away (the watcher): their documents wait in the queue.
+        self.inboxes: InboxLooks = inboxes or NoInboxLooks()
         self.records = Records(store, outcomes, wall)
         self.choice = EngineChoice(cfg.engine)  # which engine the next worker loads
         # give_up: when a worker dying before its engine loads is fatal (`docinbox parse`);
@@ -98,7 +102,9 @@ class Supervisor:
         self.current: DocumentRun | None = None
         # One way: set by request_stop, never cleared. The worker finishes its page first.
         self.stopping = False
-        # Why no new document may start now (an output folder is missing), or None.
+        # Why no new document may start now (an output folder is missing), or None. The
+        # documents of an inbox that is away wait as well, the others go on: those are
+        # asked of `inboxes` whenever a document is to start.
         self.held_because: str | None = None
         # A step whose recording hit a locked database, to run again first (see _guarded).
         self.pending: Callable[[float], None] | None = None
@@ -215,7 +221,12 @@ class Supervisor:
         nothing would be unloaded again."""
         if self.worker.state is not WorkerState.UNLOADED:
             return True
-        return self.held_because is None and DocumentRun.queued(self.records)
+        return self.held_because is None and DocumentRun.queued(
+            self.records, self._held_inboxes()
+        )
+
+    def _held_inboxes(self) -> frozenset[str]:
+        return frozenset(self.inboxes.missing_inboxes())
 
     def _stop_if_between_pages(self, now: float) -> None:
         """While stopping, a worker that holds no request is told to exit, however it got
@@ -320,7 +331,14 @@ class Supervisor:
                     return
                 self._next_page(now)
             case DocError(kind=kind, message=message):
-                self._fail_current(kind, message)
+                away = self.inboxes.look_at_inbox(run.job.inbox)
+                if away is None:
+                    self._fail_current(kind, message)
+                else:
+                    # The file could not be read because its inbox is away (moved, not
+                    # mounted), not because it is broken: it waits with the rest of its
+                    # inbox and resumes, as the same job, when the inbox is back.
+                    self._interrupt_current(f"its inbox is {away}")
                 worker.idle(now)
 
     # -- documents --------------------------------------------------------------------
@@ -328,7 +346,9 @@ class Supervisor:
     def _take_next(self, now: float) -> None:
         if self.held_because is not None:
             return  # documents wait in the queue (as for a full outbox), none fails
-        run = DocumentRun.take_next(self.records, self.cfg, self.worker.engine, now)
+        run = DocumentRun.take_next(
+            self.records, self.cfg, self.worker.engine, now, self._held_inboxes()
+        )
         if run is None:
             return
         self.current = run
