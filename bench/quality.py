@@ -4,6 +4,7 @@
     python bench/quality.py --orientation-study      # ocr vs tiles orientation detectors
     python bench/quality.py --only magazine --order plain   # plain XY-cut, for comparison
     python bench/quality.py --only realscans       # the real scans with human transcriptions
+    python bench/quality.py --page 2206.01062 --save-md out/   # pages whose name has this
 
 Order-sensitive CER: Levenshtein distance between the engine's Markdown and the ground truth,
 divided by the ground truth's length, after both are reduced to their words (Markdown marks,
@@ -428,8 +429,25 @@ def loadavg() -> str:
         return "n/a"
 
 
+@dataclass(frozen=True)
+class Picked:
+    """Which pages a run reads (`--page`: a part of the name) and where their output goes."""
+
+    page: str = ""
+    save_md: Path | None = None
+
+    def wants(self, name: str) -> bool:
+        return self.page in name
+
+    def save(self, name: str, markdown: str) -> None:
+        if self.save_md is not None:
+            self.save_md.mkdir(parents=True, exist_ok=True)
+            (self.save_md / f"{Path(name).name}.md").write_text(markdown, encoding="utf-8")
+
+
 def quality(
-    corpus: Path, dpi: int, orientation: str | None, only: str = "all", order: str = "current"
+    corpus: Path, dpi: int, orientation: str | None, only: str = "all", order: str = "current",
+    picked: Picked = Picked(),
 ) -> list[dict[str, Any]]:
     engine = make_engine(orientation)
     if order == "plain":
@@ -442,10 +460,12 @@ def quality(
         setattr(compose, "read_page", plain_reading)  # noqa: B010 - the name compose_page calls
     rows: list[dict[str, Any]] = []
     if only in ("all", "magazine"):
-        rows += magazine_quality(engine, corpus)
+        rows += magazine_quality(engine, corpus, picked)
     if only in ("all", "realscans"):
-        rows += realscan_quality(engine, dpi)
+        rows += realscan_quality(engine, dpi, picked)
     for case in CASES if only in ("all", "corpus") else ():
+        if not picked.wants(case.file):
+            continue
         path = corpus / case.file
         truth_path = corpus / "groundtruth" / case.truth
         if not path.is_file() or not truth_path.is_file():
@@ -453,7 +473,7 @@ def quality(
             continue
         row, hyp = score_document(
             engine, path, truth_path, dpi, name=case.file, group=case.group,
-            windowed=case.truth_covers_more,
+            windowed=case.truth_covers_more, picked=picked,
         )
         row["upright_of"] = case.upright_of
         if case.known_text:
@@ -465,11 +485,12 @@ def quality(
 
 def score_document(
     engine: Any, path: Path, truth: Path, dpi: int, *, name: str, group: str,
-    windowed: bool = False,
+    windowed: bool = False, picked: Picked = Picked(),
 ) -> tuple[dict[str, Any], str]:
     """The row of one document read against its ground truth, and the output compared."""
     load_before = loadavg()
     markdown, seconds, infos, per_page = run_document(engine, path, dpi)
+    picked.save(name, markdown)
     hyp = normalise(markdown)
     ref = normalise(truth.read_text(encoding="utf-8"))
     score = windowed_cer([normalise(p) for p in per_page], ref) if windowed else cer(hyp, ref)
@@ -490,14 +511,17 @@ def score_document(
 REALSCANS = REPO / "bench" / "realscans"
 
 
-def realscan_quality(engine: Any, dpi: int) -> list[dict[str, Any]]:
+def realscan_quality(engine: Any, dpi: int, picked: Picked = Picked()) -> list[dict[str, Any]]:
     """The real scans with their human transcriptions (`bench/realscans/`)."""
     rows: list[dict[str, Any]] = []
     images = sorted((REALSCANS / "images").glob("*")) if (REALSCANS / "images").is_dir() else []
     for image in images:  # each has its transcription (tests/house/test_realscans.py)
+        if not picked.wants(image.name):
+            continue
         truth = REALSCANS / "truth" / f"{image.stem}.txt"
         row, _ = score_document(
-            engine, image, truth, dpi, name=f"realscans/{image.name}", group="real scans"
+            engine, image, truth, dpi, name=f"realscans/{image.name}", group="real scans",
+            picked=picked,
         )
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -517,17 +541,21 @@ def group_means(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def magazine_quality(engine: Any, corpus: Path) -> list[dict[str, Any]]:
+def magazine_quality(engine: Any, corpus: Path, picked: Picked = Picked()) -> list[dict[str, Any]]:
     from daemon.document.page import PageInput
 
     rows: list[dict[str, Any]] = []
     for made in magazine_pages(corpus):
+        if not picked.wants(made.name):
+            continue
         load_before = loadavg()
         page = PageInput(image=made.image, page_idx=0, page_count=1, dpi=made.dpi)
         start = time.perf_counter()
         result = engine.parse_page(page, PageOptions(), no_progress)
         seconds = time.perf_counter() - start
-        hyp = normalise(pages_to_markdown([result.blocks]))
+        markdown = pages_to_markdown([result.blocks])
+        picked.save(made.name, markdown)
+        hyp = normalise(markdown)
         ref = normalise(made.truth)
         row = {
             "file": made.name,
@@ -624,6 +652,8 @@ def main() -> None:
         help="plain: the engine with a textbook XY-cut in place of its reading order",
     )
     parser.add_argument("--save-pages", type=Path, help="write the magazine pages here (PNG)")
+    parser.add_argument("--page", default="", help="only the pages whose name contains this")
+    parser.add_argument("--save-md", type=Path, help="write each page's Markdown output here")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if not args.corpus.is_dir() and args.only != "realscans":  # the real scans live here
@@ -638,7 +668,8 @@ def main() -> None:
             for made in magazine_pages(args.corpus):
                 made.image.save(args.save_pages / f"{made.name}.png")
                 (args.save_pages / f"{made.name}.txt").write_text(made.truth, encoding="utf-8")
-        out = quality(args.corpus, args.dpi, args.orientation, args.only, args.order)
+        picked = Picked(args.page, args.save_md)
+        out = quality(args.corpus, args.dpi, args.orientation, args.only, args.order, picked)
         print(json.dumps(group_means(out), indent=1))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

