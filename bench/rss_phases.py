@@ -161,6 +161,9 @@ def install(runtime: Any, path: Path) -> PhaseLog:
     visual.register_forward_pre_hook(vision_pre)
     visual.register_forward_hook(lambda *_a: log.leave())
     model.generate = log.wrap("generate", model.generate, _generate_detail)
+    loop = getattr(runtime, "loop", None)
+    if loop is not None and loop.release is not None:  # the heap trim before each join
+        loop.release = log.wrap("release", loop.release, lambda: {})
     batch = decode_loop.DecodeBatch
     batch.join = log.wrap("join", batch.join, _join_detail)  # type: ignore[method-assign]
     batch.step = log.wrap("step", batch.step, _step_detail)  # type: ignore[method-assign]
