@@ -442,7 +442,7 @@ class LoopGenerator:
     allocations a row makes). The engine gives it the heap trim (malloc_trim): a join's
     buffers differ in size from crop to crop and across the page threads that run the
     batches, and glibc kept what they freed, so a worker with page_batch 4 grew from 3.0 to
-    3.8 GB over one document's block joins (bench/rss_phases.py, docs/benchmarks.md)."""
+    3.9 GB over one document's block joins (bench/rss_phases.py, docs/benchmarks.md)."""
 
     def __init__(
         self,
