@@ -347,6 +347,7 @@ def _one_document(
         )
     if pages:
         out.update(_document_span(pages, calls, t0))
+        out["rss_phases"] = rss_summary(Path(options["rss_log"]))
     return out
 
 
@@ -372,6 +373,5 @@ def _document_span(
     out["block_calls"] = len(blocks)
     out["block_rows"] = sum(c["rows"] for c in blocks)
     out["calls_with_several_pages"] = sum(len(set(c.get("pages") or [])) > 1 for c in calls)
-    out["rss_phases"] = rss_summary(Path(options["rss_log"]))
     return out
 
