@@ -351,6 +351,14 @@ class BenchMinerU(MinerUEngine):
         local: Any = self.runtime  # the transformers runtime: its client and generator
         client = local.client
         instrument(client.client.model, client.helper, self._probe, generator=local.generator)
+        if local.loop is not None:
+            # The plan's counts: rows end at their cap, never at a random end-of-turn (as
+            # generate()'s min_new_tokens forces them; bench_mineru's auto-loop does the same).
+            local.loop.eos_ids = set()
+        if opts.get("rss_log"):
+            from bench.rss_phases import install
+
+            install(local, Path(str(opts["rss_log"])))
         return info
 
     def parse_page(self, page: PageInput, options: PageOptions, progress: ProgressFn) -> PageResult:

@@ -266,7 +266,8 @@ def document_child(spec: dict[str, Any], import_seconds: float) -> dict[str, Any
     from daemon.config.settings import EngineConfig
 
     path: str = spec["path"]
-    page_batch = 1 if path == "document" else spec.get("page_batch") or EngineConfig().page_batch
+    batched = path.startswith("document-batched")
+    page_batch = (spec.get("page_batch") or EngineConfig().page_batch) if batched else 1
     record: dict[str, Any] = {
         "path": path,
         "page_batch": page_batch,
@@ -286,6 +287,7 @@ def _one_document(
     import dataclasses
     import tempfile
 
+    from bench.rss_phases import rss_summary
     from daemon.cli.parse import parse_files
     from daemon.config.settings import Config
 
@@ -297,14 +299,13 @@ def _one_document(
     # The worker is spawned: it finds the plugin engine through PYTHONPATH.
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), str(BENCH)])
     options = {"plans": str(plans), "log": str(logs), "token_scale": spec.get("token_scale", 1.0)}
+    options["rss_log"] = str(logs.with_suffix(".rss.jsonl"))  # bench/rss_phases.py
     biggest = {
         "layout_tokens": max(p["layout_tokens"] for p in doc["plans"]),
         "blocks": [b for p in doc["plans"] for b in p["blocks"]],
     }
-    # generate(): the worker's forcing and per-call timings are generate()'s (see LOOP_PATH).
-    engine = _engine_config(
-        {**spec, "plan": biggest}, "auto", "off", options=options, decode="generate"
-    )
+    decode = {"decode": "generate"} if spec["path"].endswith("-generate") else {}
+    engine = _engine_config({**spec, "plan": biggest}, "auto", "off", options=options, **decode)
     engine = dataclasses.replace(
         engine,
         name="bench_engine:BenchMinerU",
@@ -346,6 +347,7 @@ def _one_document(
         )
     if pages:
         out.update(_document_span(pages, calls, t0))
+        out["rss_phases"] = rss_summary(Path(options["rss_log"]))
     return out
 
 

@@ -138,10 +138,10 @@ def _documents_table(results: dict[str, Any]) -> list[str]:
     docs = [r for r in results["paths"] if r["path"] in DOCUMENT_PATHS and "documents" in r]
     if not docs:
         return []
-    unbatched = {
-        d["document"]: d
+    unbatched = {  # per decode: document-batched against document, *-generate apart
+        (r["path"], d["document"]): d
         for r in docs
-        if r["path"] == "document"
+        if "-batched" not in r["path"]
         for d in r["documents"]
         if d.get("seconds_per_page")
     }
@@ -161,7 +161,7 @@ def _documents_table(results: dict[str, Any]) -> list[str]:
             if not d.get("seconds_per_page"):
                 lines.append(f"| {r['path']} | FAILED: exit {d.get('exit_code')} |")
                 continue
-            base = unbatched.get(d["document"])
+            base = unbatched.get((r["path"].replace("-batched", ""), d["document"]))
             ratio = f"{d['seconds_per_page'] / base['seconds_per_page']:.2f}×" if base else "–"
             lines.append(
                 f"| {r['path']} | {r['page_batch']} | {Path(d['document']).name} "

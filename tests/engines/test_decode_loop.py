@@ -353,6 +353,24 @@ def test_loop_generator_gives_what_batched_generate_gives(tiny: Tiny) -> None:
     assert loop.totals.proposed > 0  # the repeats the random decoder falls into get drafted
 
 
+def test_the_release_runs_before_every_join_and_changes_no_token(
+    tiny: Tiny, refs: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine's heap trim: once before each row's join, never between two passes."""
+    batch = tiny.batch()
+    events: list[str] = []
+    join = batch.join
+
+    def recorded_join(index: int, request: DecodeRequest) -> DecodeResult | None:
+        events.append("join")
+        return join(index, request)
+
+    monkeypatch.setattr(batch, "join", recorded_join)
+    results = decode(batch, requests(tiny), 2, lambda _r: None, release=lambda: events.append("r"))
+    assert [r.tokens for r in results] == refs
+    assert events == ["r", "join"] * len(SHAPES)
+
+
 def test_prompt_lookup_proposes_what_followed_the_last_tail() -> None:
     lookup = PromptLookup(ngram_max=3, ngram_min=1)
     assert lookup.propose([1, 2, 3, 4, 1, 2], 3) == [3, 4, 1]

@@ -383,10 +383,12 @@ def decode(
     max_rows: int,
     on_done: RowFinished,
     max_tokens: int = 0,
+    release: Callable[[], None] | None = None,
 ) -> list[DecodeResult]:
     """Every request through `batch`, at most `max_rows` active at once, in request order:
     a row joins as soon as another leaves (and, with `max_tokens`, as soon as the cache has
-    room for its prompt: `DecodeBatch.fits`). `on_done` hears each row when it finishes."""
+    room for its prompt: `DecodeBatch.fits`). `on_done` hears each row when it finishes;
+    `release` runs before each join (LoopGenerator's: see there)."""
     # Indices, not requests: a request is read only when its row is next to join, so a lazy
     # sequence (LoopGenerator's) holds a few blocks' pixel values, not the whole step's.
     waiting = deque(range(len(requests)))
@@ -404,6 +406,8 @@ def decode(
                 head = (index, requests[index])
             if not batch.fits(head[1], max_tokens):
                 break  # it joins when rows have left
+            if release is not None:
+                release()
             joined = batch.join(*head)
             head = None
             if joined is not None:
@@ -432,7 +436,13 @@ class LoopGenerator:
     place at once. `draft_for` gives each row its draft source (none by default), `k_policy`
     each row's draft length policy, `max_positions` bounds rows x (1 + K) per pass (see
     `DecodeBatch`), `max_tokens` rows x cache columns (`decode`). `totals` adds up every
-    row's `RowStats`, for the engine to report; each Prediction carries its own row's."""
+    row's `RowStats`, for the engine to report; each Prediction carries its own row's.
+
+    `release` runs before each row's join (its vision pass and prefill: the largest
+    allocations a row makes). The engine gives it the heap trim (malloc_trim): a join's
+    buffers differ in size from crop to crop and across the page threads that run the
+    batches, and glibc kept what they freed, so a worker with page_batch 4 grew from 3.0 to
+    3.9 GB over one document's block joins (bench/rss_phases.py, docs/benchmarks.md)."""
 
     def __init__(
         self,
@@ -445,6 +455,7 @@ class LoopGenerator:
         k_policy: Callable[[], AdaptiveK] = AdaptiveK,
         max_positions: int = 0,
         max_tokens: int = 0,
+        release: Callable[[], None] | None = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -455,6 +466,7 @@ class LoopGenerator:
         self.k_policy = k_policy
         self.max_positions = max_positions
         self.max_tokens = max_tokens
+        self.release = release
         self.totals = RowStats()
 
     def processors(self, rows: Sequence[GenRequest]) -> LogitsProcessorList | None:
@@ -482,7 +494,12 @@ class LoopGenerator:
         batch = DecodeBatch(self.model, processors, self.eos_ids, self.k_policy, self.max_positions)
         requests = _LazyRequests(self, rows)
         results = decode(
-            batch, requests, self.max_rows, lambda r: on_done(r.index), self.max_tokens
+            batch,
+            requests,
+            self.max_rows,
+            lambda r: on_done(r.index),
+            self.max_tokens,
+            self.release,
         )
         skip = self.client.skip_token_ids
         predictions = []

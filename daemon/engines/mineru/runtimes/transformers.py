@@ -156,6 +156,7 @@ def make_loop(
     from daemon.engines.mineru.runtimes.decode_loop import LoopGenerator
     from daemon.engines.mineru.runtimes.drafts import AdaptiveK
     from daemon.engines.mineru.runtimes.transformers_generate import MAX_BATCH_PROMPT_TOKENS
+    from daemon.engines.mineru.runtimes.transformers_model import return_freed_memory
 
     budget = draft_budget(loaded.precision)
     tokenizer = loaded.processor.tokenizer
@@ -174,6 +175,8 @@ def make_loop(
         budget.max_positions,
         # As generate()'s batches are bounded (rows x longest prompt): the cache's columns.
         MAX_BATCH_PROMPT_TOKENS,
+        # What the last joins and passes freed goes back before the next join allocates.
+        release=return_freed_memory,
     )
 
 
