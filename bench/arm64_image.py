@@ -175,9 +175,12 @@ def parse_in_image(podman: Podman, work: Path, engine: dict[str, Any], scan: Pat
     """`docinbox parse` inside the image on `scan`, with `engine` as the configuration."""
     (work / "in").mkdir(parents=True, exist_ok=True)
     shutil.copy2(scan, work / "in" / scan.name)
+    # Emulated, a page takes many times its native time (over the default 900 s deadline
+    # on a loaded 2-core host), and the worker's start with it.
     (work / "config.yaml").write_text(yaml.safe_dump({
         "inboxes": ["/w/in"], "outbox": "/w/out", "state_dir": "/tmp/state",
-        "engine": engine}))
+        "engine": engine, "limits": {"page_timeout_seconds": 4 * 3600},
+        "worker": {"startup_timeout_seconds": 3600, "heartbeat_timeout_seconds": 600}}))
     start = time.monotonic()
     r = podman("run", "--rm", "--platform", "linux/arm64", "--entrypoint=",
                "-v", f"{cpuinfo_file(work)}:/proc/cpuinfo:ro", "-v", f"{work}:/w", *extra,
