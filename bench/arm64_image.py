@@ -53,7 +53,7 @@ CACHE = Path(os.environ.get("DOCINBOX_BENCH_CACHE",
                             Path.home() / ".cache" / "docinbox-bench")) / "arm64"
 BASE_IMAGE = "localhost/docinbox-base-arm64:bookworm"
 IMAGE = "localhost/docinbox-arm64:latest"
-# PyPI's newest aarch64 torch that is a CPU build (2.10 onwards pull CUDA in on aarch64).
+# PyPI's aarch64 torch at the pyproject pin (2.13.0) is a CUDA build; 2.9.1 is a CPU one.
 TORCH_SPEC = "torch==2.9.1"
 SCAN = REPO / "bench" / "realscans" / "images" / "dta-bebel-frau-1879-0146.png"
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
