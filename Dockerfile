@@ -3,13 +3,21 @@
 #
 #   docker build -t docinbox .                        # lite + MinerU engines, no LibreOffice
 #   docker build -t docinbox --build-arg OFFICE=1 .   # + LibreOffice for Word/Excel/PowerPoint
+#   docker build -t docinbox --platform linux/arm64 . # arm64 (Raspberry Pi 5, RK3588, Apple Silicon)
 #
+# The same Dockerfile builds linux/amd64 and linux/arm64: every dependency has an aarch64
+# wheel (bench/arm64_image.py builds and runs the arm64 image under emulation).
 # debian:bookworm-slim, not python:3.11-slim: Debian's own python3 (3.11, as the venv install
 # targets), poppler and OpenCV's libraries come from one archive with its security updates,
 # and the build needs no registry other than the one that serves Debian.
 
+# The base of every stage. Another name for a local copy of the same Debian release, e.g.
+# an arm64 rootfs imported under its own name where no registry can be reached (Podman keeps
+# one image per name, so the amd64 and arm64 bases cannot share one without a registry).
+ARG BASE_IMAGE=debian:bookworm-slim
+
 # -- deps: a venv with every Python dependency; pip's cache and config stay in this stage ----
-FROM debian:bookworm-slim AS deps
+FROM ${BASE_IMAGE} AS deps
 # On every stage, so that a builder can tell this Dockerfile's stage images from others'.
 LABEL org.opencontainers.image.title=docinbox
 
@@ -17,6 +25,11 @@ LABEL org.opencontainers.image.title=docinbox
 # packages). Empty: take torch from the index configured below, which must then hold a
 # CPU build (the build fails otherwise, see the check after the install).
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+# Empty: the torch pin of pyproject.toml. Another requirement (e.g. torch==2.9.1) replaces
+# that pin, in the image's docinbox metadata too, for an index that has no CPU build of the
+# pinned release for this architecture: PyPI's aarch64 torch 2.13.0 is a CUDA build, its
+# 2.9.1 a CPU one.
+ARG TORCH_SPEC=
 # Optional pip sources, for a mirror or a local wheel folder; empty means PyPI alone.
 # EXTRA_INDEX_URL and FIND_LINKS may hold several entries separated by spaces.
 # CERT: a CA bundle for pip where a TLS-inspecting proxy stands between the build and the
@@ -45,11 +58,15 @@ RUN { echo "[global]"; \
 WORKDIR /src
 # Dependencies first, from pyproject.toml alone, so that a change to the code reuses the
 # (large) dependency layer. torch is installed on its own first with the pin pyproject.toml
-# holds, exactly as scripts/setup.sh does it.
+# holds (or TORCH_SPEC; ARGs reach RUN as environment variables), exactly as
+# scripts/setup.sh does it.
 COPY pyproject.toml ./
-RUN /opt/docinbox/bin/python -c "import tomllib; \
+RUN /opt/docinbox/bin/python -c "import os, tomllib; \
 deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
-open('torch.txt', 'w').write(''.join(d + '\n' for d in deps if d.startswith('torch'))); \
+torch = [d for d in deps if d.startswith('torch')]; spec = os.environ['TORCH_SPEC']; \
+text = open('pyproject.toml').read(); \
+spec and open('pyproject.toml', 'w').write(text.replace(f'\"{torch[0]}\"', f'\"{spec}\"')); \
+open('torch.txt', 'w').write(''.join(d + '\n' for d in ([spec] if spec else torch))); \
 open('deps.txt', 'w').write(''.join(d + '\n' for d in deps if not d.startswith('torch')))" \
  && /opt/docinbox/bin/pip install -r torch.txt ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} \
  && /opt/docinbox/bin/pip install -r torch.txt -r deps.txt \
@@ -63,7 +80,7 @@ COPY daemon ./daemon
 RUN /opt/docinbox/bin/pip wheel --no-deps --wheel-dir /wheels .
 
 # -- the image ---------------------------------------------------------------------------------
-FROM debian:bookworm-slim
+FROM ${BASE_IMAGE}
 LABEL org.opencontainers.image.title=docinbox
 
 # 1: add LibreOffice (Writer, Calc, Impress; 360 MB more) for Office documents. Without it
