@@ -273,13 +273,18 @@ class Publisher:
         because the inbox is away. Done as the job is done, the original would stay in
         the inbox for good: when the inbox is back it is a known file, never taken again.
         An inbox known to be away is not looked into: it may be a share that hangs."""
-        if self.cfg.after_success == "keep" or job.held_path is not None:
-            return  # nothing to move, or the original is in archive/ or failed/
+        if not self._leaves_inbox(job):
+            return
         away = self.inboxes.missing_inboxes().get(job.inbox)
         if away is None and not os.path.lexists(job.source_path):
             away = self.inboxes.look_at_inbox(job.inbox)
         if away is not None:
             raise InboxAway(job.inbox, away)
+
+    def _leaves_inbox(self, job: Job) -> bool:
+        """Whether publishing moves or deletes the original out of its inbox: not with
+        `after_success: keep`, nor for one already in archive/ or failed/ (held_path)."""
+        return self.cfg.after_success != "keep" and job.held_path is None
 
     def _unchanged(self, job: Job, src: Path) -> bool:
         """Whether the file at the original's path is still the content converted: the
@@ -293,13 +298,11 @@ class Publisher:
         src = Path(job.read_path)
         if not src.exists():
             self._check_inbox(job)  # it went away since the check before writing
-            if job.held_path is None and self.cfg.after_success != "keep":
+            if self._leaves_inbox(job):
                 log.warning("job %s: the original %s is no longer in the inbox; nothing to "
                             "%s", job.id, safe_display(src), self.cfg.after_success)
             return  # archived by an earlier completion that was interrupted, or removed
-        if job.held_path is None and self.cfg.after_success != "keep" and not self._unchanged(
-            job, src
-        ):
+        if self._leaves_inbox(job) and not self._unchanged(job, src):
             # Another file at its path now (replaced while the inbox was away, or a
             # writer still going): never archived as this document; the watcher offers
             # it as what it is.
