@@ -8,26 +8,16 @@ copyright note read "classm ue is rae thut provde ta cos are no made or dred" be
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from PIL import Image
 
-from daemon.config.settings import EngineConfig, LimitsConfig
+from daemon.config.settings import LimitsConfig
 from daemon.document.page import PageOptions, no_progress
 from daemon.engines.lite.engine import LEGIBLE_LONG_SIDE, LOW_RES_LONG_SIDE, LiteEngine, legible
 from daemon.input import raster, sniff
 from tests.conftest import CORPUS
 
 TIFF = CORPUS / "images" / "docling__2206.01062.tif"
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[LiteEngine]:
-    eng = LiteEngine(EngineConfig(name="lite", threads=2))
-    eng.load()
-    yield eng
-    eng.close()
 
 
 def test_only_a_low_resolution_image_is_scaled_up() -> None:
@@ -41,11 +31,11 @@ def test_only_a_low_resolution_image_is_scaled_up() -> None:
 
 
 @pytest.mark.skipif(not TIFF.is_file(), reason="development corpus not present")
-def test_the_small_print_of_a_72_dpi_page_is_read(engine: LiteEngine) -> None:
+def test_the_small_print_of_a_72_dpi_page_is_read(lite_engine: LiteEngine) -> None:
     info = sniff.inspect(TIFF, passwords=(), limits=LimitsConfig())
     page = raster.render_page(TIFF, info, 0, dpi=200, max_long_side=4000, max_image_pixels=10**9)
     assert page.image.size == (612, 792) and page.dpi is None  # an image file's own pixels
-    result = engine.parse_page(page, PageOptions(), no_progress)
+    result = lite_engine.parse_page(page, PageOptions(), no_progress)
     text = " ".join(" ".join(b.text.split()) for b in result.blocks)
     assert "classroom use is granted without fee" in text
     assert "For all other uses, contact the owner" in text

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 from PIL import Image
 
-from daemon.config.settings import EngineConfig
 from daemon.document.page import TABLE, PageInput, PageOptions, no_progress
 from daemon.engines.lite.compose import compose_page
 from daemon.engines.lite.engine import LiteEngine
@@ -39,14 +38,6 @@ def reader() -> Iterator[OcrReader]:
     yield OcrReader(threads=1)
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[LiteEngine]:
-    eng = LiteEngine(EngineConfig(name="lite", threads=2))
-    eng.load()
-    yield eng
-    eng.close()
-
-
 def test_a_line_printed_upside_down_on_an_upright_page_is_read_turned(
     reader: OcrReader,
 ) -> None:
@@ -66,12 +57,12 @@ def page_input(image: Image.Image) -> PageInput:
 
 @pytest.mark.skipif(not REALSCANS.is_dir(), reason="no bench/realscans in this checkout")
 def test_show_through_does_not_turn_the_lines_of_a_typewritten_page(
-    engine: LiteEngine,
+    lite_engine: LiteEngine,
 ) -> None:
     # The back page's typing shows through, mirrored; with the classifier these lines read
     # "sas t e rts e me" and "C aa n pdr".
     image = Image.open(REALSCANS / "tapus-gallica-btv1b10583038c-f25.jpg")
-    result = engine.parse_page(page_input(image), PageOptions(), no_progress)
+    result = lite_engine.parse_page(page_input(image), PageOptions(), no_progress)
     text = " ".join(" ".join(b.text.split()) for b in result.blocks)
     assert "sais, je les veux frites et dorées comme" in text
     assert "Claudel qui a promis de venir à" in text
@@ -117,11 +108,11 @@ def test_a_table_of_dialogue_is_prose_and_a_price_list_is_a_table(reader: OcrRea
 
 
 @pytest.mark.skipif(not REALSCANS.is_dir(), reason="no bench/realscans in this checkout")
-def test_a_typewritten_dialogue_page_is_text_not_a_table(engine: LiteEngine) -> None:
+def test_a_typewritten_dialogue_page_is_text_not_a_table(lite_engine: LiteEngine) -> None:
     # The layout model calls each column of this page a table (a speaker's name centred
     # over each reply); built as grids they read as rows of empty cells.
     image = Image.open(REALSCANS / "tapus-gallica-btv1b10583038c-f31.jpg")
-    result = engine.parse_page(page_input(image), PageOptions(), no_progress)
+    result = lite_engine.parse_page(page_input(image), PageOptions(), no_progress)
     assert TABLE not in [b.type for b in result.blocks]
     text = " ".join(" ".join(b.text.split()) for b in result.blocks)
     assert "passiez vos vacances dans un charmant cottage de Normandie" in text
