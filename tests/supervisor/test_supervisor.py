@@ -27,8 +27,6 @@ from daemon.document.page import EngineInfo
 from daemon.document.protocol import Inspect, ParsePage, Progress, Request
 from daemon.intake.ingest import Ingestor
 from daemon.intake.presence import InboxLooks
-from daemon.intake.watch_settings import WatcherIO
-from daemon.intake.watcher import Watcher
 from daemon.jobs.states import TERMINAL, JobState
 from daemon.jobs.store import Job, Published, Store, StoreBusy
 from daemon.output.publish import Publisher
@@ -717,79 +715,6 @@ def test_a_crash_with_pages_in_flight_resumes_at_the_first_unfinished_page(
     stop(sup, clock)
 
 
-# ------------------------------------------------------------------ idle unload (opt-in)
-
-
-def test_an_idle_worker_is_unloaded_and_the_next_document_starts_one(tmp_path: Path) -> None:
-    bench = Bench(tmp_path, worker={"idle_unload_seconds": 600})
-    a = bench.queue("a.pdf")
-    bench.step_until(lambda: bench.job(a).state == JobState.DONE)
-    first = bench.worker
-    bench.clock.now += 599  # not yet: idle since the document ended
-    bench.step()
-    assert first.alive and bench.sup.worker.proc is not None
-    bench.clock.now += 1
-    bench.step_until(lambda: bench.sup.phase == Phase.UNLOADED)
-    assert first.exitcode == 0  # told to stop, not killed
-    facts = bench.sup.snapshot().worker
-    assert facts.phase == "unloaded (idle)" and facts.pid is None
-    bench.clock.now += 86_400  # nothing queued: no worker, however long
-    for _ in range(5):
-        bench.step()
-    assert len(bench.ctx.workers) == 1 and bench.sup.phase == Phase.UNLOADED
-    b = bench.queue("b.pdf")
-    bench.step_until(lambda: bench.job(b).state == JobState.DONE)
-    assert len(bench.ctx.workers) == 2 and bench.worker.page_requests(b) == [0]
-    assert bench.sup.worker.restarts == 0  # planned, not a restart after a crash
-
-
-def test_idle_unload_is_off_by_default(tmp_path: Path) -> None:
-    bench = Bench(tmp_path)
-    bench.step_until(lambda: bench.sup.phase == Phase.IDLE)
-    bench.clock.now += 9_000  # (the fake worker sends no heartbeats: under their timeout)
-    bench.step()
-    assert bench.worker.alive and bench.sup.phase == Phase.IDLE
-
-
-def test_a_document_arriving_while_the_worker_unloads_starts_a_new_one(tmp_path: Path) -> None:
-    bench = Bench(tmp_path, worker={"idle_unload_seconds": 60})
-    bench.step_until(lambda: bench.sup.phase == Phase.IDLE)
-    first = bench.worker
-    bench.clock.now += 60
-    bench.sup.tick(bench.clock.now)  # asked to stop; it has not read the Stop yet
-    assert bench.sup.phase == Phase.STOPPING and first.alive
-    a = bench.queue("a.pdf")  # arrives during the unload
-    bench.step_until(lambda: bench.job(a).state == JobState.DONE)
-    assert first.exitcode == 0 and first.page_requests(a) == []
-    assert len(bench.ctx.workers) == 2 and bench.worker.page_requests(a) == [0]
-
-
-def test_sigterm_while_unloaded_stops_at_once(tmp_path: Path) -> None:
-    bench = Bench(tmp_path, worker={"idle_unload_seconds": 60})
-    bench.step_until(lambda: bench.sup.phase == Phase.IDLE)
-    bench.clock.now += 60
-    bench.step_until(lambda: bench.sup.phase == Phase.UNLOADED)
-    bench.queue("late.pdf")  # queued, but the daemon is stopping: no worker for it
-    bench.sup.request_stop(bench.clock.now)
-    assert bench.sup.stopped
-    bench.step()
-    assert len(bench.ctx.workers) == 1
-
-
-def test_held_documents_do_not_wake_an_unloaded_worker(tmp_path: Path) -> None:
-    bench = Bench(tmp_path, worker={"idle_unload_seconds": 60})
-    bench.step_until(lambda: bench.sup.phase == Phase.IDLE)
-    bench.clock.now += 60
-    bench.step_until(lambda: bench.sup.phase == Phase.UNLOADED)
-    bench.sup.hold_new_documents("the outbox is missing")
-    a = bench.queue("a.pdf")
-    for _ in range(5):
-        bench.step()
-    assert len(bench.ctx.workers) == 1
-    bench.sup.take_new_documents()
-    bench.step_until(lambda: bench.job(a).state == JobState.DONE)
-
-
 def test_the_document_in_progress_has_an_eta_from_its_pages_so_far(tmp_path: Path) -> None:
     bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, ParsePage))
     a = bench.queue("a.pdf", pages=4)
@@ -806,48 +731,3 @@ def test_the_document_in_progress_has_an_eta_from_its_pages_so_far(tmp_path: Pat
     bench.hold = lambda msg: False
     bench.worker.answer(bench.worker.take())
     bench.step_until(lambda: bench.job(a).state == JobState.DONE)
-
-
-# ------------------------------------------------------------------ an inbox that goes away
-
-
-def test_a_document_whose_inbox_went_away_waits_and_one_whose_file_vanished_fails(
-    tmp_path: Path,
-) -> None:
-    """The worker cannot read a document because its inbox was moved away after the
-    watcher's last look (it looks every few seconds): not the document's fault. The job
-    goes back to the queue, the supervisor asks the watcher to look now, and none of that
-    inbox's documents starts until it is back; then the same job proceeds. A file that
-    really vanished from an inbox that is there is still failed as `vanished`."""
-    bench = Bench(tmp_path, hold=lambda msg: isinstance(msg, Inspect))
-    watcher = Watcher.from_config(bench.cfg, WatcherIO(wall=bench.clock))
-    watcher.start()  # real observers, the real look at the inbox folder
-    try:
-        watcher.tick(bench.clock.now)
-        bench.inboxes = watcher
-        bench.restart()
-        a, b = bench.queue("a.pdf"), bench.queue("b.pdf")
-        bench.step_until(bench.held)
-        inbox = bench.cfg.inboxes[0].path
-        os.rename(inbox, tmp_path / "away")
-        bench.worker.fail(bench.worker.take(), "vanished", "the file disappeared")
-        for _ in range(5):
-            bench.step()
-        assert bench.job(a).state == bench.job(b).state == JobState.QUEUED
-        assert not bench.held() and bench.worker.seen == [Inspect(a, str(inbox / "a.pdf"))]
-        assert list(bench.cfg.failed.rglob("*")) == []
-
-        os.rename(tmp_path / "away", inbox)
-        bench.clock.now += 5
-        watcher.tick(bench.clock.now)  # the next look: it is back
-        bench.step_until(bench.held)
-        bench.worker.answer(bench.worker.take())  # a's Inspect, the same job again
-        bench.step_until(bench.held)
-        (inbox / "b.pdf").unlink()  # gone for real, from an inbox that is there
-        bench.worker.fail(bench.worker.take(), "vanished", "the file disappeared")
-        bench.step_until(lambda: bench.job(b).state == JobState.FAILED)
-        assert bench.job(a).state == JobState.DONE
-        assert bench.job(b).error_kind == "vanished"
-        assert len(bench.store.jobs()) == 2
-    finally:
-        watcher.stop()
