@@ -276,12 +276,12 @@ class Daemon:
         self._report(now)
 
     def _upkeep(self, now: float) -> None:
-        """The state database kept small: pruned, vacuumed and checkpointed (jobs.upkeep)."""
-        assert self.supervisor
+        """The state database kept small: pruned, vacuumed and checkpointed (jobs.upkeep),
+        a bounded batch a tick, busy or idle."""
         if self.upkeep is None:
             return
         try:
-            self.upkeep.tick(self.wall(), idle=self.supervisor.current is None)
+            self.upkeep.tick(self.wall())
         except StoreFull as exc:  # a checkpoint on a full disk: not "busy"
             self._state_full(now, exc)
         except (StoreBusy, sqlite3.OperationalError) as exc:
