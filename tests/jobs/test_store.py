@@ -417,6 +417,21 @@ def test_page_times_are_kept_for_a_while_then_forgotten(store: Store) -> None:
     assert rows(store, "page_times") == PAGE_TIMES_KEPT_ROWS
 
 
+def test_the_inboxes_seen_are_remembered_and_known_from_old_jobs(tmp_path: Path) -> None:
+    """What lets a restart tell a share away (seen before) from a typo (never seen)."""
+    db = tmp_path / "state.sqlite3"
+    s = Store(db)
+    assert s.seen_inboxes() == set()
+    arrive(s, "/in/a.pdf", "a" * 64)  # a job from /in: a database from before noting
+    assert s.seen_inboxes() == {"/in"}
+    s.note_inboxes(["/srv/scans", "/in"])
+    s.note_inboxes(["/srv/fax"])
+    s.close()
+    reader = Store(db, readonly=True)  # as `docinbox run` reads it before it starts
+    assert reader.seen_inboxes() == {"/in", "/srv/scans", "/srv/fax"}
+    reader.close()
+
+
 def test_a_receiver_disabled_by_410_stays_disabled_across_a_reopen(tmp_path: Path) -> None:
     db = tmp_path / "state.sqlite3"
     s = Store(db)
