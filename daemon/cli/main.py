@@ -15,6 +15,7 @@ import json
 import logging
 import logging.handlers
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -76,12 +77,19 @@ def _json_message(record: logging.LogRecord) -> bool:
     return True
 
 
-def load_or_exit(arg: str | None, *, check: bool = True) -> Config:
+def load_or_exit(arg: str | None, *, check: bool = True, away_ok: bool = False) -> Config:
+    """The configuration, or exit 78 with every problem. `away_ok` (`docinbox run`): an
+    inbox that is only missing and that the state database has seen before is a share
+    away at the wrong moment, which the daemon waits for, not a problem; exiting for it
+    would stop the service for good (systemd does not restart 78)."""
     path = resolve_config_path(arg)
     try:
         cfg = load_config(path)
         if check:
             problems = check_paths(cfg, create=True)
+            if away_ok and any(p.away is not None for p in problems):
+                seen = seen_inboxes(cfg)
+                problems = [p for p in problems if p.away is None or p.away not in seen]
             if problems:
                 raise ConfigError(problems)
     except ConfigError as exc:
@@ -92,13 +100,32 @@ def load_or_exit(arg: str | None, *, check: bool = True) -> Config:
     return cfg
 
 
+def seen_inboxes(cfg: Config) -> set[str]:
+    """The inboxes the state database has seen; none when there is no database yet or
+    it cannot be read (a missing inbox is then refused, as a typo would be)."""
+    if not cfg.db_path.exists():
+        return set()
+    try:
+        store = Store(cfg.db_path, readonly=True)
+    except (sqlite3.Error, StoreBusy):
+        return set()
+    try:
+        return store.seen_inboxes()
+    except sqlite3.Error:
+        return set()
+    finally:
+        store.close()
+
+
 # -- commands ---------------------------------------------------------------------------
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from daemon.service.app import Daemon
 
-    cfg = load_or_exit(args.config)
+    # An inbox seen before but missing now starts as away: the watcher says so once,
+    # status and /healthz show it, and it is watched from the moment it appears.
+    cfg = load_or_exit(args.config, away_ok=True)
     setup_logging(cfg, args.verbose)
     return Daemon(cfg).run()
 

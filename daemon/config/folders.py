@@ -116,7 +116,7 @@ def _inbox_problem(
     """One inbox: there, a folder, mounted and readable (calls into its share)."""
     mkdir_hint = f"is the share mounted? create it with: mkdir -p {path}"
     if not real.exists():
-        return Problem(key, f"inbox {path} does not exist", mkdir_hint)
+        return Problem(key, f"inbox {path} does not exist", mkdir_hint, away=str(path))
     if not real.is_dir():
         return Problem(key, f"inbox {path} is not a folder", "point it at a folder")
     if (unmounted := _unmounted(key, path, real, fstab, mountinfo)) is not None:

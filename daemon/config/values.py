@@ -25,6 +25,9 @@ class Problem:
     key: str  # e.g. "inboxes[0].watch"
     message: str
     hint: str = ""
+    # An inbox that is only missing now (its path as configured): a share that may be
+    # away. `docinbox run` starts anyway for one its state database has seen before.
+    away: str | None = None
 
     def __str__(self) -> str:
         return f"{self.key}: {self.message}" + (f" (hint: {self.hint})" if self.hint else "")

@@ -11,9 +11,10 @@ another process while the daemon writes):
 - Timestamps are wall-clock seconds passed in by the caller (`now`), never read here, so
   tests drive time.
 
-The file stays small on its own (issue 31): `auto_vacuum=INCREMENTAL` lets idle ticks give
-freed pages back (`incremental_vacuum`, daemon.jobs.upkeep), and the WAL is checkpointed
-and truncated there too (`journal_size_limit` caps what a checkpoint leaves behind).
+The file stays small on its own (issue 31): `auto_vacuum=INCREMENTAL` lets the main loop's
+ticks give freed pages back, a bounded batch a tick (`incremental_vacuum`,
+daemon.jobs.upkeep), and the WAL is checkpointed and truncated there too
+(`journal_size_limit` caps what a checkpoint leaves behind).
 
 The counters and the runtime facts (two one-row-per-name tables every family writes or
 `status` reads) live here too.

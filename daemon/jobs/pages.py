@@ -115,14 +115,16 @@ class PageRecords(Database):
             out[min(max(int(bucket), 0), hours - 1)] += int(n)
         return out
 
-    def prune_page_times(self, now: float) -> int:
+    def prune_page_times(self, now: float, limit: int | None = None) -> int:
         """Forget page times older than PAGE_TIMES_KEPT_SECONDS beyond the newest
-        PAGE_TIMES_KEPT_ROWS; return how many."""
+        PAGE_TIMES_KEPT_ROWS, the oldest first and at most `limit` of them (None: all);
+        return how many."""
         with self.tx() as c:
             return int(c.execute(
-                "DELETE FROM page_times WHERE done_at < ? AND done_at < (SELECT "
-                "COALESCE(MIN(done_at), 0) FROM (SELECT done_at FROM page_times "
-                "ORDER BY done_at DESC LIMIT ?))",
-                (now - PAGE_TIMES_KEPT_SECONDS, PAGE_TIMES_KEPT_ROWS),
+                "DELETE FROM page_times WHERE rowid IN (SELECT rowid FROM page_times "
+                "WHERE done_at < ? AND done_at < (SELECT COALESCE(MIN(done_at), 0) FROM "
+                "(SELECT done_at FROM page_times ORDER BY done_at DESC LIMIT ?)) "
+                "ORDER BY done_at LIMIT ?)",
+                (now - PAGE_TIMES_KEPT_SECONDS, PAGE_TIMES_KEPT_ROWS,
+                 -1 if limit is None else limit),
             ).rowcount)
-

@@ -10,6 +10,7 @@ handed in as a `NewEvent`: the transaction holding the write lock touches no fil
 from __future__ import annotations
 
 import dataclasses
+import json
 import sqlite3
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -308,6 +309,32 @@ class JobRecords(Database):
         """Drop the (path, size, mtime) memo so a file put back at the same path is seen."""
         with self.tx() as c:
             c.execute("DELETE FROM sources WHERE path = ?", (path,))
+
+    # -- inboxes seen -------------------------------------------------------------------
+
+    # The runtime row's key that lists them: kept there rather than in a table of its
+    # own, so that no schema change keeps an older docinbox from opening the file.
+    SEEN_INBOXES = "inboxes_seen"
+
+    def note_inboxes(self, inboxes: Collection[str]) -> None:
+        """Remember inboxes found there and watched (named as jobs name them). One that
+        is missing at a later start is then a share away, waited for, not a typo."""
+        seen = self.seen_inboxes()
+        if set(inboxes) <= seen:
+            return
+        self.set_runtime({self.SEEN_INBOXES: sorted(seen | set(inboxes))})
+
+    def seen_inboxes(self) -> set[str]:
+        """The inboxes this database has seen: noted ones, and those any job came from
+        (a database from before inboxes were noted)."""
+        seen = {str(r[0]) for r in self.conn.execute("SELECT DISTINCT inbox FROM jobs")}
+        row = self.conn.execute(
+            "SELECT value FROM runtime WHERE key = ?", (self.SEEN_INBOXES,)
+        ).fetchone()
+        noted = json.loads(row[0]) if row is not None else []
+        if isinstance(noted, list):  # JSON another version may have written: not trusted
+            seen.update(str(i) for i in noted)
+        return seen
 
     # -- queue ------------------------------------------------------------------------
 

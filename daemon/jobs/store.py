@@ -12,7 +12,7 @@ all SQL of the daemon stays in this package:
 - daemon.jobs.queue: documents, sources, jobs and their outcomes;
 - daemon.jobs.pages: finished pages and their crops;
 - daemon.jobs.deliveries: events and their deliveries;
-- daemon.jobs.upkeep (over a Store): what keeps the file bounded in idle ticks.
+- daemon.jobs.upkeep (over a Store): what keeps the file bounded, a batch a tick.
 """
 
 from __future__ import annotations

@@ -3,12 +3,18 @@
 - Every CHECKPOINT_EVERY seconds the WAL is checkpointed and truncated (copied as far as
   a reader allows when one holds it), so it cannot grow without bound while the status
   page or `docinbox status` read.
-- Every PRUNE_EVERY seconds, while no document is being converted: delivered and given-up
-  events older than `hooks.retention_days` are deleted, and old page times; then the free
-  pages are given back to the file system (incremental_vacuum), VACUUM_PAGES_PER_TICK per
-  tick so that no tick holds the write lock long.
+- Every PRUNE_EVERY seconds, busy or idle: delivered and given-up events older than
+  `hooks.retention_days` are deleted, and old page times; then the free pages are given
+  back to the file system (incremental_vacuum).
 
-Time is passed in (`tick(now, idle=...)`, wall-clock seconds): tests tick, never sleep.
+Pruning does not wait for an idle daemon: a queue that never empties (a scanner feeding
+an inbox all day) would never prune, and the file would grow with it. So no tick does
+much of it either: PRUNE_BATCH rows a table and VACUUM_PAGES_PER_TICK pages at most, each
+in a short transaction of its own, and a backlog (months of events after an upgrade, a
+retention shortened) is worked off over the following ticks, not in one long hold of the
+write lock that stalls the main loop, its watchdog ping and the readers.
+
+Time is passed in (`tick(now)`, wall-clock seconds): tests tick, never sleep.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from daemon.jobs.store import Store
 
 CHECKPOINT_EVERY = 60.0
 PRUNE_EVERY = 600.0
+PRUNE_BATCH = 500  # rows of a table deleted in one tick (tens of milliseconds)
 VACUUM_PAGES_PER_TICK = 2048  # 8 MiB of 4 KiB pages
 
 
@@ -44,22 +51,23 @@ class Upkeep:
         self.retention_seconds = retention_seconds
         self.next_checkpoint = 0.0
         self.next_prune = 0.0
-        self.vacuuming = False  # free pages are being given back, a batch per idle tick
+        self.pruning = False  # the last batch was full: more is due, at the next tick
+        self.vacuuming = False  # free pages are being given back, a batch per tick
 
-    def tick(self, now: float, *, idle: bool) -> UpkeepDone | None:
-        """Do what is due at `now`; `idle`: no document is being converted. None when
-        nothing was due."""
+    def tick(self, now: float) -> UpkeepDone | None:
+        """Do a bounded part of what is due at `now`, whether documents are being
+        converted or not. None when nothing was due."""
         checkpoint = None
         if _due(now, self.next_checkpoint, CHECKPOINT_EVERY):
             self.next_checkpoint = now + CHECKPOINT_EVERY
             checkpoint = self.store.checkpoint()
-        if not idle:
-            return UpkeepDone(checkpoint) if checkpoint else None
         pruned = times = 0
-        if _due(now, self.next_prune, PRUNE_EVERY):
-            self.next_prune = now + PRUNE_EVERY
-            pruned = self.store.prune_deliveries(now - self.retention_seconds)
-            times = self.store.prune_page_times(now)
+        if self.pruning or _due(now, self.next_prune, PRUNE_EVERY):
+            if not self.pruning:  # a pass begins; its batches do not move the schedule
+                self.next_prune = now + PRUNE_EVERY
+            pruned = self.store.prune_deliveries(now - self.retention_seconds, PRUNE_BATCH)
+            times = self.store.prune_page_times(now, PRUNE_BATCH)
+            self.pruning = pruned >= PRUNE_BATCH or times >= PRUNE_BATCH
             self.vacuuming = True
         freed = 0
         if self.vacuuming:

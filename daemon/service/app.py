@@ -182,6 +182,7 @@ class Daemon:
             inboxes=self.watcher,
         )
         self.watcher.start()
+        self._note_inboxes()
         self.started_wall = self.wall()
         self.live = self.take_live(now)  # the HTTP thread may ask before the first tick
         if self.cfg.http.enabled:
@@ -208,6 +209,14 @@ class Daemon:
             if self.cfg.engine.fallback_engine
             else "",
         )
+
+    def _note_inboxes(self) -> None:
+        """The inboxes there now are remembered: missing at a later start, each is
+        waited for as a share away, not refused as a typo (daemon.cli.main)."""
+        assert self.store and self.watcher
+        away = self.watcher.missing_inboxes()
+        self.store.note_inboxes(
+            [str(i.path) for i in self.cfg.inboxes if str(i.path) not in away])
 
     def close(self) -> None:
         if self.http is not None:
@@ -276,12 +285,12 @@ class Daemon:
         self._report(now)
 
     def _upkeep(self, now: float) -> None:
-        """The state database kept small: pruned, vacuumed and checkpointed (jobs.upkeep)."""
-        assert self.supervisor
+        """The state database kept small: pruned, vacuumed and checkpointed (jobs.upkeep),
+        a bounded batch a tick, busy or idle."""
         if self.upkeep is None:
             return
         try:
-            self.upkeep.tick(self.wall(), idle=self.supervisor.current is None)
+            self.upkeep.tick(self.wall())
         except StoreFull as exc:  # a checkpoint on a full disk: not "busy"
             self._state_full(now, exc)
         except (StoreBusy, sqlite3.OperationalError) as exc:
@@ -441,6 +450,8 @@ class Daemon:
             self.upkeep.retention_seconds = new.hooks.retention_days * 86400.0
         self.shares.set_deadline(new.limits.share_deadline_seconds)
         self.watcher.replace_inboxes(new.inboxes)
+        with contextlib.suppress(StoreBusy):  # noted at the next start or reload then
+            self._note_inboxes()
         self.folders.watch(new, now)
         self.retries.keep_inboxes(new.inboxes)
         self.watcher.rescan_now()

@@ -60,6 +60,18 @@ def page_options(cfg: Config, job: Job) -> PageOptions:
     return page_options_for(cfg, inbox)
 
 
+def resume_note(pending: Sequence[int], wanted: int, page_count: int) -> str:
+    """What a run that found pages already stored says: the page it resumes at, or that
+    none is left (a document whose output waited for its inbox or outbox comes back with
+    every page done and is only published). `pending`: the page indexes still to do, in
+    order; `wanted`: how many pages it converts (all, or its inbox's page range)."""
+    if not pending:
+        if wanted == 1:
+            return "its one page already converted; publishing"
+        return f"all {wanted} pages already converted; publishing"
+    return f"resuming at page {min(pending) + 1} of {page_count}"
+
+
 def _engine_name(engine: EngineInfo | None) -> str:
     return engine.name if engine else "?"
 
@@ -122,12 +134,8 @@ class DocumentRun:
             wanted = parse_page_range(self.options.pages, page_count)  # validated in config
         self.pending = [i for i in wanted if i not in done_pages]
         if done_pages:
-            log.info(
-                "job %s: resuming at page %d of %d",
-                self.job.id,
-                min(self.pending, default=page_count) + 1,
-                page_count,
-            )
+            log.info("job %s: %s", self.job.id, resume_note(self.pending, len(wanted),
+                                                             page_count))
 
     def next_page(self, now: float, lookahead: int) -> ParsePage:
         """Ask for the next pending page, naming the `lookahead` pages that follow it."""

@@ -29,7 +29,7 @@ from daemon.jobs.store import (
     SchemaError,
     Store,
 )
-from daemon.jobs.upkeep import CHECKPOINT_EVERY, Upkeep
+from daemon.jobs.upkeep import CHECKPOINT_EVERY, PRUNE_BATCH, Upkeep
 from tests.conftest import present
 
 
@@ -352,12 +352,9 @@ def test_retention_prunes_finished_deliveries_and_old_page_times_with_a_ticked_c
     store.delivery_succeeded(delivered, t0 + 60)
     store.delivery_failed(dead, t0 + 60, "HTTP 500", None)
     upkeep = Upkeep(store, retention_seconds=30 * day)
-    assert upkeep.tick(t0 + 29 * day, idle=True) is not None
+    assert upkeep.tick(t0 + 29 * day) is not None
     assert rows(store, "deliveries") == 6 and rows(store, "events") == 3
-    upkeep.tick(t0 + 29 * day + 60, idle=True)  # not due again yet
-    assert upkeep.tick(t0 + 31 * day, idle=False) is not None  # converting: a checkpoint only
-    assert rows(store, "deliveries") == 6
-    done = upkeep.tick(t0 + 31 * day + 60, idle=True)
+    done = upkeep.tick(t0 + 31 * day)
     assert done is not None and done.deliveries_pruned == 2
     # the pending ones stay, whatever their age; an event goes with its last delivery
     left = store.deliveries(("pending", "delivered", "dead"))
@@ -366,6 +363,42 @@ def test_retention_prunes_finished_deliveries_and_old_page_times_with_a_ticked_c
     assert rows(store, "deliveries") == 4 and rows(store, "events") == 2
     assert rows(store, "page_times") == 3  # fewer than the newest rows kept: all stay
     assert store.counters()["hook_deliveries_total"] == 1  # the counters keep the history
+
+
+def old_deliveries(store: Store, events: int, finished_at: float) -> None:
+    """`events` events told to two receivers, delivered (or given up) at `finished_at`."""
+    with store.tx() as c:
+        for n in range(events):
+            seq = c.execute("INSERT INTO events(id, type, job_id, created_at, body) VALUES("
+                            "?, 'document.done', NULL, ?, '{}')",
+                            (f"ev-{n}", finished_at - 5)).lastrowid
+            c.executemany(
+                "INSERT INTO deliveries(event_seq, receiver, state, attempts, next_at, since,"
+                " finished_at) VALUES(?, ?, ?, 1, ?, ?, ?)",
+                [(seq, r, state, finished_at, finished_at, finished_at + n * 0.001)
+                 for r, state in (("n8n", "delivered"), ("mail", "dead"))],
+            )
+
+
+def test_a_backlog_of_old_deliveries_is_pruned_in_batches_over_following_ticks(
+    store: Store,
+) -> None:
+    """Months of events (an upgrade, a shortened retention) are not deleted in one
+    transaction that holds the write lock for as long: PRUNE_BATCH rows a tick, the
+    next batch at the next tick, not PRUNE_EVERY later, until none is left."""
+    day = 86400.0
+    t0 = 1_700_000_000.0
+    old_deliveries(store, 600, t0)  # 1200 deliveries
+    upkeep = Upkeep(store, retention_seconds=30 * day)
+    now = t0 + 31 * day
+    left = []
+    for tick in range(4):
+        done = upkeep.tick(now + tick)  # a tick a second, as the main loop's
+        assert done is None or done.deliveries_pruned <= PRUNE_BATCH
+        left.append(rows(store, "deliveries"))
+    assert left == [1200 - PRUNE_BATCH, 1200 - 2 * PRUNE_BATCH, 0, 0]
+    assert rows(store, "events") == 0  # each went with its last delivery
+    assert not upkeep.pruning
 
 
 def test_page_times_are_kept_for_a_while_then_forgotten(store: Store) -> None:
@@ -378,8 +411,25 @@ def test_page_times_are_kept_for_a_while_then_forgotten(store: Store) -> None:
     store.conn.executemany(
         "INSERT INTO page_times(job_id, page_idx, done_at, seconds) VALUES(?, ?, ?, ?)",
         [(1000 + i, 0, t0 + 10 + i, 2.0) for i in range(PAGE_TIMES_KEPT_ROWS)])
-    assert store.prune_page_times(t0 + PAGE_TIMES_KEPT_SECONDS + 100_000) == 2
+    later = t0 + PAGE_TIMES_KEPT_SECONDS + 100_000
+    assert store.prune_page_times(later, limit=1) == 1  # a batch, as the main loop prunes
+    assert store.prune_page_times(later) == 1
     assert rows(store, "page_times") == PAGE_TIMES_KEPT_ROWS
+
+
+def test_the_inboxes_seen_are_remembered_and_known_from_old_jobs(tmp_path: Path) -> None:
+    """What lets a restart tell a share away (seen before) from a typo (never seen)."""
+    db = tmp_path / "state.sqlite3"
+    s = Store(db)
+    assert s.seen_inboxes() == set()
+    arrive(s, "/in/a.pdf", "a" * 64)  # a job from /in: a database from before noting
+    assert s.seen_inboxes() == {"/in"}
+    s.note_inboxes(["/srv/scans", "/in"])
+    s.note_inboxes(["/srv/fax"])
+    s.close()
+    reader = Store(db, readonly=True)  # as `docinbox run` reads it before it starts
+    assert reader.seen_inboxes() == {"/in", "/srv/scans", "/srv/fax"}
+    reader.close()
 
 
 def test_a_receiver_disabled_by_410_stays_disabled_across_a_reopen(tmp_path: Path) -> None:
@@ -444,7 +494,7 @@ def test_an_old_database_is_migrated_its_published_pages_dropped_and_compacted(
     s.close()
 
 
-def test_free_pages_go_back_and_the_wal_is_truncated_in_idle_ticks(tmp_path: Path) -> None:
+def test_free_pages_go_back_and_the_wal_is_truncated_in_ticks(tmp_path: Path) -> None:
     db = tmp_path / "state.sqlite3"
     s = Store(db)
     t0 = 1_700_000_000.0
@@ -457,16 +507,16 @@ def test_free_pages_go_back_and_the_wal_is_truncated_in_idle_ticks(tmp_path: Pat
     reader = Store(db, readonly=True)
     reader.conn.execute("BEGIN")
     reader.conn.execute("SELECT COUNT(*) FROM jobs").fetchone()
-    done = upkeep.tick(t0, idle=False)
+    done = upkeep.tick(t0)
     assert done is not None and done.checkpoint is not None and not done.checkpoint.truncated
     reader.conn.execute("COMMIT")
     reader.close()
     ticks = 0
     while upkeep.vacuuming or ticks == 0:
-        upkeep.tick(t0 + ticks, idle=True)
+        upkeep.tick(t0 + ticks)
         ticks += 1
     assert s.free_pages() == 0
-    done = upkeep.tick(t0 + CHECKPOINT_EVERY + ticks, idle=True)
+    done = upkeep.tick(t0 + CHECKPOINT_EVERY + ticks)
     assert done is not None and done.checkpoint is not None and done.checkpoint.truncated
     wal = db.with_name(db.name + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0

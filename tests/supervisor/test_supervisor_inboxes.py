@@ -10,6 +10,7 @@ from daemon.document.protocol import Inspect
 from daemon.intake.watch_settings import WatcherIO
 from daemon.intake.watcher import Watcher
 from daemon.jobs.states import JobState
+from daemon.supervisor.document_run import resume_note
 from tests.supervisor.test_supervisor import Bench
 
 # ------------------------------------------------------------------ an inbox that goes away
@@ -55,3 +56,12 @@ def test_a_document_whose_inbox_went_away_waits_and_one_whose_file_vanished_fail
         assert len(bench.store.jobs()) == 2
     finally:
         watcher.stop()
+
+
+def test_a_run_with_every_page_stored_says_it_only_publishes_not_a_page_past_the_end() -> None:
+    """A document finished while its inbox was away waits with every page stored; when
+    it is taken again nothing is left to convert. The log said "resuming at page 2 of 1"."""
+    assert resume_note([], 1, 1) == "its one page already converted; publishing"
+    assert resume_note([], 6, 6) == "all 6 pages already converted; publishing"
+    assert resume_note([], 3, 10) == "all 3 pages already converted; publishing"  # a range
+    assert resume_note([2, 3, 4, 5], 6, 6) == "resuming at page 3 of 6"
