@@ -10,7 +10,7 @@ from daemon.document.protocol import Inspect
 from daemon.intake.watch_settings import WatcherIO
 from daemon.intake.watcher import Watcher
 from daemon.jobs.states import JobState
-from tests.supervisor.test_supervisor import Bench
+from tests.supervisor.harness import Bench
 
 # ------------------------------------------------------------------ an inbox that goes away
 
