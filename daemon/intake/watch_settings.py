@@ -68,8 +68,10 @@ class WatcherIO:
 
     `stat`: how a pending file is looked at; `probe`: how an inbox folder is looked at
     every few seconds; `mountinfo_reader`: the mount table's text (None: the real one);
-    `wall`: the clock for the "missing since" shown in status; `shares`: the lanes every
-    call into an inbox goes through (None: the watcher's own, with the default deadline).
+    `wall`: the clock for the "missing since" shown in status; `clock`: the monotonic
+    clock the main loop ticks with (`tick(now)`), read only by a look asked for before
+    the first tick; `shares`: the lanes every call into an inbox goes through (None: the
+    watcher's own, with the default deadline).
     """
 
     stat: StatFn = os.lstat
@@ -77,4 +79,5 @@ class WatcherIO:
     observer_factory: ObserverFactory = default_observer_factory
     probe: ProbeFn = probe_folder
     wall: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic
     shares: Shares | None = None

@@ -116,8 +116,9 @@ class Watcher:
         self._observers = InboxObservers(settings, io, self._call, self._enqueue)
         self._overflow_hook = OverflowHook(self._overflowed, self._hints_ready)
         self._states: list[InboxState] = [self._new_state(inbox) for inbox in inboxes]
-        # The last tick's time: what a look between ticks (`look_at_inbox`) schedules from.
-        self._now = -math.inf
+        # The last tick's time: what a look between ticks (`look_at_inbox`) schedules from;
+        # None before the first tick, when such a look reads the clock instead.
+        self._now: float | None = None
 
     @classmethod
     def from_config(cls, config: Config, io: WatcherIO | None = None) -> Watcher:
@@ -399,7 +400,10 @@ class Watcher:
         state = next((s for s in self._states if str(s.inbox.path) == inbox), None)
         if state is None:
             return None
-        self._look_at([state], self._now)
+        # Before the first tick there is no tick's time to schedule from: a made-up one
+        # (-inf) would make the next look due at once and the inbox away since forever.
+        now = self._io.clock() if self._now is None else self._now
+        self._look_at([state], now)
         return state.presence.missing
 
     # -- scanning -------------------------------------------------------------------------

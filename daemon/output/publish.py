@@ -27,10 +27,10 @@ from pathlib import Path
 from daemon import __version__
 from daemon.common.display import safe_display
 from daemon.common.errors import FailureKind
+from daemon.common.shares import ShareCall, direct
 from daemon.config.settings import Config
 from daemon.document.page import Block, EngineInfo, Json
 from daemon.document.record import PageRecord
-from daemon.intake.ingest import sha256_file
 from daemon.intake.presence import InboxAway, InboxLooks, NoInboxLooks
 from daemon.jobs.store import EventMaker, Job, NewEvent, NoEvents, Outcome, Published, Store
 from daemon.output import originals, outbox
@@ -40,6 +40,7 @@ from daemon.output.formats.markdown import markdown
 from daemon.output.formats.meta import document_meta
 from daemon.output.formats.middle import PageData, build_middle
 from daemon.output.formats.model import model_json
+from daemon.output.rehash import FileKey, Rehashes
 
 log = logging.getLogger("docinbox.publish")
 
@@ -207,6 +208,7 @@ class Publisher:
     def __init__(
         self, cfg: Config, store: Store, wall: Callable[[], float],
         events: EventMaker | None = None, inboxes: InboxLooks | None = None,
+        call: ShareCall = direct,
     ) -> None:
         self.cfg = cfg
         self.store = store
@@ -215,6 +217,9 @@ class Publisher:
         # Whether an original's inbox is away (the watcher): then it is not archived
         # "later", it is waited for.
         self.inboxes: InboxLooks = inboxes or NoInboxLooks()
+        # An original to hash again is read off the main loop, through its share's lane
+        # (`call`; the daemon's Shares): a large file or a hung share cannot stall it.
+        self.rehashes = Rehashes(call)
 
     def meta_for(
         self, job: Job, pages: Sequence[PageRecord], engine: EngineInfo | None
@@ -240,8 +245,10 @@ class Publisher:
         loaded, `seconds` its converting time. Returns the outbox folder and the event
         that tells of it; raises OSError when the folder cannot be written, InboxAway
         (nothing written) when the original is to be archived or deleted and its inbox is
-        away: the document then waits like one whose outbox is full."""
+        away, OriginalNotReady (nothing written) while it is being hashed again: the
+        document then waits like one whose outbox is full."""
         self._check_inbox(job)
+        self._check_original(job)
         stored = self.store.pages(job.id)
         doc = DocumentFiles(
             pages=[page_data(p) for p in stored],
@@ -286,13 +293,29 @@ class Publisher:
         `after_success: keep`, nor for one already in archive/ or failed/ (held_path)."""
         return self.cfg.after_success != "keep" and job.held_path is None
 
+    def _check_original(self, job: Job) -> None:
+        """Raise OriginalNotReady, before anything is written, while it is not known yet
+        whether the original about to leave its inbox is still the content converted."""
+        src = Path(job.read_path)
+        if self._leaves_inbox(job) and src.exists():
+            self._unchanged(job, src)
+
     def _unchanged(self, job: Job, src: Path) -> bool:
         """Whether the file at the original's path is still the content converted: the
-        (path, size, mtime) ingest recorded, else its hash (as ingest decides)."""
+        (path, size, mtime) ingest recorded, else its hash (as ingest decides), taken off
+        the main loop: OriginalNotReady until it is known."""
         st = src.stat()
         if self.store.known_source(str(src), st.st_size, st.st_mtime_ns, sha256=job.sha256):
             return True
-        return st.st_size == job.size and sha256_file(src) == job.sha256
+        if st.st_size != job.size:
+            return False
+        return self.rehashes.digest(FileKey.of(src, st)) == job.sha256
+
+    def _decided_unchanged(self, job: Job, src: Path) -> bool:
+        """`_unchanged` once it is decided: its hash (if one was taken) is not kept."""
+        unchanged = self._unchanged(job, src)
+        self.rehashes.forget(str(src))
+        return unchanged
 
     def _dispose_original(self, job: Job) -> None:
         src = Path(job.read_path)
@@ -302,7 +325,7 @@ class Publisher:
                 log.warning("job %s: the original %s is no longer in the inbox; nothing to "
                             "%s", job.id, safe_display(src), self.cfg.after_success)
             return  # archived by an earlier completion that was interrupted, or removed
-        if self._leaves_inbox(job) and not self._unchanged(job, src):
+        if self._leaves_inbox(job) and not self._decided_unchanged(job, src):
             # Another file at its path now (replaced while the inbox was away, or a
             # writer still going): never archived as this document; the watcher offers
             # it as what it is.

@@ -171,7 +171,7 @@ class Daemon:
         )
         # Both ask the watcher whether an inbox is away: its documents wait, never fail.
         self.publisher = Publisher(self.cfg, self.store, self.wall, self.hooks,
-                                   inboxes=self.watcher)
+                                   inboxes=self.watcher, call=self.shares.call)
         self.folders.watch(self.cfg, now)
         self.ingestor = Ingestor(
             self.cfg, self.store, self.wall, self.watcher.forget, self.hooks,

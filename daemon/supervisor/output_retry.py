@@ -1,7 +1,8 @@
 """When a finished document cannot be written: wait and try again, never fail it.
 
 A full disk, an unwritable outbox, a NAS share that went away or an inbox that did (its
-original cannot be archived) is not the document's fault. Its pages stay stored, the job
+original cannot be archived), or an original being hashed again (is it still the
+content converted?) is not the document's fault. Its pages stay stored, the job
 goes back to the queue with a not-before time that doubles with each attempt
 (`worker.output_retry_seconds`, capped at `worker.output_retry_max_seconds`), and nothing
 is marked done without its output.
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from daemon.config.folders import folder_in_error
 from daemon.config.settings import Config
 from daemon.intake.presence import InboxAway
+from daemon.output.rehash import OriginalNotReady
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,7 @@ def output_wait(cfg: Config, attempts: int, exc: OSError) -> OutputWait:
     w = cfg.worker
     delay = min(w.output_retry_seconds * 2 ** max(0, attempts - 1), w.output_retry_max_seconds)
     why = exc.strerror or str(exc)
-    if isinstance(exc, InboxAway):
+    if isinstance(exc, InboxAway | OriginalNotReady):
         return OutputWait(
             delay=delay,
             message=f"waiting: the original cannot be {cfg.after_success}d now: {why}; "

@@ -492,7 +492,7 @@ def run_scan(root: Path, model: Path, page_batch: int, *, kill: bool) -> dict[st
     from daemon.intake.ingest import Ingestor
     from daemon.jobs.states import JobState
     from tests.conftest import present
-    from tests.supervisor.test_supervisor import drive, setup, stop
+    from tests.supervisor.harness import drive, setup, stop
 
     root.mkdir()
     engine = {

@@ -132,6 +132,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.intake.watch_settings": (70, "daemon"),
     "daemon.intake.watcher": (70, "daemon"),
     "daemon.output.originals": (80, "daemon"),
+    "daemon.output.rehash": (80, "daemon"),
     "daemon.intake.ingest": (80, "daemon"),
     "daemon.supervisor.reprobe": (90, "daemon"),
     "daemon.supervisor.engine_choice": (90, "daemon"),

@@ -22,7 +22,13 @@ from daemon.common.mounttable import MountEntry, parse_fstab, unmounted_share
 from daemon.common.shares import Lane, Shares
 from daemon.config.folders import check_folders
 from daemon.config.settings import InboxConfig
-from daemon.intake.presence import FolderPresence, Probe, mount_points, probe_folder
+from daemon.intake.presence import (
+    CHECK_SECONDS,
+    FolderPresence,
+    Probe,
+    mount_points,
+    probe_folder,
+)
 from daemon.intake.watch_settings import WatcherIO, WatcherSettings
 from daemon.intake.watcher import Watcher
 from tests.common.test_lanes import FakeTime
@@ -208,6 +214,7 @@ def watcher_on(
     inbox: Path,
     factory: FakeFactory | None = None,
     probe: Callable[[Path, frozenset[str] | None], Probe] = probe_folder,
+    clock: Callable[[], float] = lambda: 0.0,  # read only by a look before the first tick
 ) -> Watcher:
     w = Watcher(
         [InboxConfig(path=inbox)],
@@ -216,6 +223,7 @@ def watcher_on(
         WatcherIO(
             mountinfo_reader=local_mounts,
             wall=lambda: WALL,
+            clock=clock,
             probe=probe,
             observer_factory=factory or FakeFactory(),
         ),
@@ -286,6 +294,28 @@ def test_the_observers_root_event_is_looked_at_on_the_next_tick(tmp_path: Path) 
         assert len(looks) == before + 1
     finally:
         watcher.stop()
+
+
+def test_a_look_asked_for_before_the_first_tick_is_scheduled_from_the_clock(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The supervisor or the publisher may ask for a look at an inbox between the watcher's
+    ticks, also before its first one. That look happens at the watcher's clock: the next
+    one is due CHECK_SECONDS after it (not at once), and an inbox found away is away
+    since then (not since forever)."""
+    caplog.set_level(logging.INFO, logger=LOG)
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    watcher = watcher_on(inbox, clock=lambda: 100.0)  # no tick yet
+    os.rename(inbox, tmp_path / "away")
+    assert watcher.look_at_inbox(str(inbox)) == "gone (unmounted?)"
+    os.rename(tmp_path / "away", inbox)
+    watcher.tick(100.0 + CHECK_SECONDS - 0.5)  # the next look is not due yet
+    assert watcher.missing_inboxes() == {str(inbox): "gone (unmounted?)"}
+    watcher.tick(100.0 + CHECK_SECONDS)
+    assert watcher.missing_inboxes() == {}
+    back = [m for m in messages(caplog) if "is back after" in m]
+    assert back == [f"inbox {inbox} is back after {CHECK_SECONDS:.0f} s: watching it again"]
 
 
 def test_files_written_into_an_unmounted_shares_mount_point_are_not_taken(

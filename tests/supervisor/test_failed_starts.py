@@ -23,7 +23,7 @@ from daemon.supervisor.states import WorkerState
 from daemon.supervisor.supervisor import Supervisor
 from daemon.supervisor.worker_handle import GiveUp
 from tests.conftest import present, write_config
-from tests.supervisor.test_supervisor import Clock, queue_pdf
+from tests.supervisor.harness import Clock, queue_pdf
 
 pytestmark = pytest.mark.integration
 

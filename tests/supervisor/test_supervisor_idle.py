@@ -8,7 +8,7 @@ from pathlib import Path
 
 from daemon.common.live import Phase
 from daemon.jobs.states import JobState
-from tests.supervisor.test_supervisor import Bench
+from tests.supervisor.harness import Bench
 
 # ------------------------------------------------------------------ idle unload (opt-in)
 
