@@ -33,9 +33,11 @@ over the sentences, located by fuzzy alignment).
 Real scans (`bench/realscans/`, in this repository): scanned pages with a human
 transcription from public ground-truth sets (typewritten two-column pages, a printed
 two-column page with footnotes, a diary page photographed at 400 dpi, bilevel 300 dpi book
-pages); MANIFEST.tsv there names each
-file's source, commit and licence, and make.py how the transcription became plain text in
-reading order. They are their own group, "real scans", with CER and the reading-order score.
+pages, two newspaper pages, one with a photograph and illustrated advertisements);
+MANIFEST.tsv there names each file's source, commit and licence, and make.py how the
+transcription became plain text in reading order. Pages not kept for their copyright (two
+spreads and a magazine page: FETCH.tsv) are read from `fetched/` when make.py has put them
+there. They are their own group, "real scans", with CER and the reading-order score.
 
 The study rotates every scanned corpus page with ground truth, plus the born-digital ones
 rendered as images, by 0/90/180/270 degrees and reports how often each detector finds the
@@ -514,7 +516,9 @@ REALSCANS = REPO / "bench" / "realscans"
 def realscan_quality(engine: Any, dpi: int, picked: Picked = Picked()) -> list[dict[str, Any]]:
     """The real scans with their human transcriptions (`bench/realscans/`)."""
     rows: list[dict[str, Any]] = []
-    images = sorted((REALSCANS / "images").glob("*")) if (REALSCANS / "images").is_dir() else []
+    # images/ is kept in the repository; fetched/ holds the pages make.py copies in from
+    # their source (FETCH.tsv: kept out for their copyright) and is read when it is there.
+    images = [p for d in ("images", "fetched") for p in sorted((REALSCANS / d).glob("*"))]
     for image in images:  # each has its transcription (tests/house/test_realscans.py)
         if not picked.wants(image.name):
             continue

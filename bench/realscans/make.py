@@ -1,8 +1,10 @@
 """Rebuild bench/realscans/ from the source repositories' files (provenance, not a test).
 
-    python bench/realscans/make.py TAPUSCORPUS_DIR GT_STRUCTURE_TEXT_DIR FONDUE_EN_PRINT_20_DIR
+    python bench/realscans/make.py TAPUSCORPUS_DIR GT_STRUCTURE_TEXT_DIR FONDUE_EN_PRINT_20_DIR \
+        INKBENCH_DIR
 
-Each directory is a checkout (or extracted snapshot) of the commit named in MANIFEST.tsv.
+Each directory is a checkout (or extracted snapshot) of the commit named in MANIFEST.tsv
+(FETCH.tsv for the pages that are fetched, not kept: see the README).
 What it converts, so the ground truth can be checked against the sources:
 
 - ALTO (tapuscorpus, FONDUE-EN-PRINT-20): the typewritten or printed lines of every
@@ -19,6 +21,12 @@ What it converts, so the ground truth can be checked against the sources:
 - All: a word hyphenated at a line end followed by a lower-case letter is joined ("ser-" +
   "rait" -> "serait"), as a reader (and the engine) reads it; other line-end hyphens stay.
   FONDUE marks a line-end hyphen `¬`: read as `-` for this.
+- Library of Congress "By the People" (via nealcaren/InkBench, `benchmark-txt/`): the
+  volunteers' plain text, lines joined. Their marks are read as the volunteers' guide
+  defines them: `[*...*]` is a note on handwriting or marginalia (a handwritten caption,
+  "[*Photo*]") and is dropped with the handwriting; a bracketed description of a picture
+  ("[illustration of a pair of skates]", "[head-shot photo of ...]") is dropped; `[?]` (an
+  illegible word) is dropped; `[word?]` (an uncertain reading) is read as the word.
 - Images: the JPEGs are copied byte for byte (the UN page's JPEG says 72 dpi, which is not
   the scan's resolution; the bench reads images at their pixel size). The bilevel 600 dpi
   TIFFs are downscaled to 300 dpi (box filter, threshold at half) and stored as 1-bit PNG
@@ -48,6 +56,17 @@ TAPUS = {
 FONDUE = {
     "fondue-un-a-res-44-192-p2": "data/A_RES_44_192-EN/A_RES_44_192-EN_2",
 }
+# nealcaren/InkBench: Library of Congress By the People pages (image and transcription)
+LOC = {
+    "loc-terrell-chicago-tribune-1929-12-10-p9": "mss425490753-19",
+    "loc-nawsa-des-moines-register-1916-05-24-p6": "mss3413201323-27",
+}
+# Same source, fetched rather than kept (copyright not confirmed: FETCH.tsv says why)
+LOC_FETCHED = {
+    "loc-catt-diary-anuradhapura-spread": "mss154040008-47",
+    "loc-blackwell-tribute-spread": "mss1288000676-23",
+    "loc-catt-woman-citizen-1931-04-p17": "mss154040483-95",
+}
 DTA = {
     "dta-bebel-frau-1879-0146": "data/bebel_frau_1879/GT-PAGE/bebel_frau_1879_0146",
     "dta-bebel-frau-1879-0168": "data/bebel_frau_1879/GT-PAGE/bebel_frau_1879_0168",
@@ -67,6 +86,21 @@ def join_lines(lines: list[str]) -> str:
         else:
             text = f"{text} {line}" if text else line
     return " ".join(text.split())
+
+
+_PICTURE_NOTE = re.compile(r"illustration|photo|picture|image|drawing|cartoon", re.I)
+
+
+def _loc_mark(match: re.Match[str]) -> str:
+    inner = match.group(1)
+    if inner.startswith("*") or _PICTURE_NOTE.search(inner):
+        return " "  # handwriting, marginalia, a description of a picture
+    return " " + inner.replace("?", "").strip() + " "  # "[?]" -> nothing, "[word?]" -> word
+
+
+def loc_text(path: Path) -> str:
+    text = re.sub(r"\[([^\]]*)\]", _loc_mark, path.read_text(encoding="utf-8"))
+    return join_lines(text.splitlines())
 
 
 def alto_text(path: Path) -> str:
@@ -135,7 +169,7 @@ def bilevel_300(src: Path, dst: Path) -> None:
 
 
 def main() -> None:
-    tapus, dta, fondue = (Path(a) for a in sys.argv[1:4])
+    tapus, dta, fondue, inkbench = (Path(a) for a in sys.argv[1:5])
     (HERE / "images").mkdir(exist_ok=True)
     (HERE / "truth").mkdir(exist_ok=True)
     for name, stem, root in [(*x, tapus) for x in TAPUS.items()] + [
@@ -150,7 +184,15 @@ def main() -> None:
         bilevel_300(dta / f"{stem}.tif", HERE / "images" / f"{name}.png")
         text = page_text(dta / f"{stem}.xml")
         (HERE / "truth" / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
-
+    (HERE / "fetched").mkdir(exist_ok=True)
+    for name, asset, where in [(*x, "images") for x in LOC.items()] + [
+        (*x, "fetched") for x in LOC_FETCHED.items()
+    ]:
+        shutil.copyfile(
+            inkbench / "benchmark-images" / f"{asset}.jpg", HERE / where / f"{name}.jpg"
+        )
+        text = loc_text(inkbench / "benchmark-txt" / f"{asset}.txt")
+        (HERE / "truth" / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
 
 if __name__ == "__main__":
     main()
