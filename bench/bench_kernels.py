@@ -10,6 +10,12 @@ and its 151,936-token output head. Random values: these are speeds, not numerics
   fp32 in slices of 256 / 512 / 1,024 rows (int8_linear.KeptHead), and against an fp32 head.
 - `vision`: one vision layer's linears, SDPA and QuickGELU, in bf16 and in fp32.
 - `int8-gemm`: int8 x int8 -> int32 (`torch._int_mm`) against fp32, the vision linear's shape.
+- `int8-vision`: each of the vision layer's four linears (qkv, proj, fc1, fc2) over 4,900
+  and 1,000 rows: fp32 `F.linear` (with bias), the engine's fp32 tower linear (bf16-stored
+  weight widened per call), the engine's W8A8 linear (int8_vision.Int8DynamicLinear:
+  per-token quantisation, `torch._int_mm`, the rescale and the bias), the same with 2 % of
+  the input channels in fp32 (w8a8-mixed), and `torch._int_mm` alone. Whether an int8
+  tower can pay on this CPU at all.
 - `int8-layers`: the decoder's 24 layers of int8 weights (cache-cold) over 1 / 4 / 8 / 16
   rows: torch's int8 kernel against dequantising to bf16 for a dense GEMM.
 - `vision-attention`: one layer's attention (16 heads of 80 over the 4,900 patches), torch's
@@ -40,7 +46,13 @@ from typing import Any
 PATCHES = 4_900  # the layout image: 70 x 70 patches
 VISION_HIDDEN, VISION_MLP, VISION_HEADS = 1_280, 5_120, 16
 HIDDEN, MLP, VOCAB, LAYERS = 896, 4_864, 151_936, 24
-MODES = ("gemm", "head", "vision", "int8-gemm", "int8-layers", "vision-attention")
+MODES = ("gemm", "head", "vision", "int8-gemm", "int8-vision", "int8-layers", "vision-attention")
+VISION_LINEARS = (  # name, (out, in)
+    ("qkv", (3 * VISION_HIDDEN, VISION_HIDDEN)),
+    ("proj", (VISION_HIDDEN, VISION_HIDDEN)),
+    ("fc1", (VISION_MLP, VISION_HIDDEN)),
+    ("fc2", (VISION_HIDDEN, VISION_MLP)),
+)
 CHUNK_ROWS = (128, 256, 512, 1_024)
 
 
@@ -137,6 +149,67 @@ def int8_gemm(torch: Any, F: Any) -> None:
     print(f"| {ops / int8 / 1e6:.0f} | {ops / fp32 / 1e6:.0f} |")
 
 
+def int8_vision_cells(
+    torch: Any, F: Any, rows: int, out: int, inp: int, repeat: int = 5
+) -> list[float]:
+    """Best-of-`repeat` ms: fp32 F.linear; the engine's fp32 tower linear (Bf16StoredLinear:
+    bf16 weight widened per call); W8A8; W8A8 with 2 % of the input channels fp32
+    (w8a8-mixed); _int_mm alone; torch's fbgemm dynamic int8 linear (per-channel weights)
+    on rows first divided by their own max, so that its per-tensor activation scale acts
+    per token, and multiplied back after (not the engine's: what another kernel offers)."""
+    from daemon.engines.mineru.runtimes.int8_linear import Bf16StoredLinear
+    from daemon.engines.mineru.runtimes.int8_vision import Int8DynamicLinear
+
+    linear = torch.nn.Linear(inp, out)
+    stored = Bf16StoredLinear(linear.weight.detach().bfloat16(), linear.bias.detach())
+    int8 = Int8DynamicLinear.from_linear(linear)
+    outliers = torch.randperm(inp)[: inp // 50]
+    mixed = Int8DynamicLinear.from_linear(linear, outliers=outliers)
+    dynamic = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(linear),
+        {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig},
+        dtype=torch.qint8,
+    )[0]
+    bias_free = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(torch.nn.Linear(inp, out, bias=False)),
+        {torch.nn.Linear: torch.ao.quantization.per_channel_dynamic_qconfig},
+        dtype=torch.qint8,
+    )[0]
+    x = torch.randn(rows, inp)
+    q = torch.randint(-127, 128, (rows, inp), dtype=torch.int8)
+
+    def fbgemm_per_token() -> object:
+        peak = x.abs().amax(dim=1, keepdim=True)
+        return bias_free(x / peak).mul_(peak).add_(linear.bias)
+
+    with torch.inference_mode():
+        return [
+            ms(lambda: F.linear(x, linear.weight, linear.bias), repeat=repeat),
+            ms(lambda: stored(x), repeat=repeat),
+            ms(lambda: int8(x), repeat=repeat),
+            ms(lambda: mixed(x), repeat=repeat),
+            ms(lambda: torch._int_mm(q, int8.weight_t), repeat=repeat),
+            ms(lambda: dynamic(x), repeat=repeat),
+            ms(fbgemm_per_token, repeat=repeat),
+        ]
+
+
+def int8_vision(torch: Any, F: Any, rows_list: tuple[int, ...], repeat: int) -> None:
+    print("| rows | linear | fp32 F.linear | fp32, bf16-stored (the engine's) | W8A8 "
+          "| W8A8, 2 % fp32 | F.linear / W8A8 | _int_mm alone | fbgemm dynamic "
+          "| fbgemm, rows normalised | F.linear / fbgemm normalised |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for rows in rows_list:
+        totals = [0.0] * 7
+        for name, (out, inp) in (*VISION_LINEARS, ("all four", (0, 0))):
+            cells = int8_vision_cells(torch, F, rows, out, inp, repeat) if out else totals
+            totals = [t + c for t, c in zip(totals, cells, strict=True)] if out else totals
+            fp32, stored, w8a8, mixed, raw, dynamic, normalised = cells
+            print(f"| {rows:,} | {name} | {fp32:.1f} ms | {stored:.1f} ms | {w8a8:.1f} ms "
+                  f"| {mixed:.1f} ms | {fp32 / w8a8:.2f}x | {raw:.1f} ms | {dynamic:.1f} ms "
+                  f"| {normalised:.1f} ms | {fp32 / normalised:.2f}x |", flush=True)  # fmt: skip
+
+
 def int8_layers(torch: Any, F: Any) -> None:
     shapes = [(HIDDEN, HIDDEN), (128, HIDDEN), (128, HIDDEN), (HIDDEN, HIDDEN),
               (MLP, HIDDEN), (MLP, HIDDEN), (HIDDEN, MLP)]  # fmt: skip
@@ -207,6 +280,8 @@ def main() -> int:
     # No `choices`: argparse (3.11) checks an empty list against them and fails.
     parser.add_argument("modes", nargs="*", help=f"of {', '.join(MODES)} (default: all)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--int8-rows", default=f"{PATCHES},1000", help="int8-vision: rows")
+    parser.add_argument("--int8-repeat", type=int, default=5, help="int8-vision: best of")
     args = parser.parse_args()
     if unknown := set(args.modes) - set(MODES):
         parser.error(f"unknown mode(s): {', '.join(sorted(unknown))}")
@@ -224,7 +299,10 @@ def main() -> int:
         f"thread(s), load {os.getloadavg()[0]:.2f}"
     )
     runs = {"gemm": gemm, "head": head, "vision": vision, "int8-gemm": int8_gemm,
-            "int8-layers": int8_layers, "vision-attention": vision_attention}  # fmt: skip
+            "int8-vision": lambda torch, F: int8_vision(
+                torch, F, tuple(int(r) for r in args.int8_rows.split(",")), args.int8_repeat),
+            "int8-layers": int8_layers,
+            "vision-attention": vision_attention}  # fmt: skip
     for mode in args.modes or MODES:
         print(f"\n{mode}")
         runs[mode](torch, F)

@@ -15,7 +15,10 @@ tower's dtype, int8_vision.quantize_tower_linears for its linears):
 - bfloat16: today's tower on CPUs with native bf16;
 - w8a8: int8 weights (per output channel) x int8 activations (per token) via torch._int_mm,
   the rest of the tower fp32; w8a8-bf16: the same linears in a bf16 tower;
-- int8-weight-only: only the weights rounded (for comparison: no speed-up in a tower).
+- int8-weight-only: only the weights rounded (for comparison: no speed-up in a tower);
+- w8a8-mixed: W8A8 with the input channels whose calibrated maxima stand out (above
+  OUTLIER_RATIO x the median channel, at most OUTLIER_FRACTION) multiplied in fp32 beside
+  the int8 product (LLM.int8's decomposition), the rest of the tower fp32.
 
 Over real document images and photos (the corpus' images, first pages of its PDFs rendered
 at 72 dpi, block crops of those pages, pictures embedded in its PDFs), per precision: cosine
@@ -410,6 +413,7 @@ PRECISIONS = (
     "w8a8-smooth",
     "w8a8-smooth-bf16",
     "int8-weight-only",
+    "w8a8-mixed",
 )
 INT8_PRECISIONS = PRECISIONS[2:]
 
@@ -427,12 +431,20 @@ def calibration_maxima(base: FocusViT, images: list[Image]) -> dict[str, torch.T
 
 
 def prepare(
-    base: FocusViT, precision: str, maxima: dict[str, torch.Tensor] | None = None
+    base: FocusViT,
+    precision: str,
+    maxima: dict[str, torch.Tensor] | None = None,
+    outliers: tuple[float, float] | None = None,
 ) -> FocusViT:
     """A copy of `base` with its backbone (the tower) converted by the engine's code; the
     head stays fp32 (it stands for the decoder that reads the tower's output). `maxima`:
-    calibration_maxima, for the smoothed precisions."""
-    from daemon.engines.mineru.runtimes.int8_vision import quantize_tower_linears
+    calibration_maxima, for the smoothed and mixed precisions; `outliers`: (ratio, fraction)
+    for w8a8-mixed (default: the engine's OUTLIER_RATIO, OUTLIER_FRACTION)."""
+    from daemon.engines.mineru.runtimes.int8_vision import (
+        OUTLIER_FRACTION,
+        OUTLIER_RATIO,
+        quantize_tower_linears,
+    )
     from daemon.engines.mineru.runtimes.transformers_model import cast_in_chunks
 
     model = copy.deepcopy(base)
@@ -443,6 +455,11 @@ def prepare(
         quantize_tower_linears(tower, "w8a8")
     elif precision.startswith("w8a8-smooth"):
         quantize_tower_linears(tower, "w8a8-smooth", maxima=maxima)
+    elif precision == "w8a8-mixed":
+        ratio, fraction = outliers or (OUTLIER_RATIO, OUTLIER_FRACTION)
+        quantize_tower_linears(
+            tower, "w8a8-mixed", maxima=maxima, outlier_ratio=ratio, outlier_fraction=fraction
+        )
     elif precision == "int8-weight-only":
         quantize_tower_linears(tower, "weight-only", dense_dtype=torch.float32)
     return model.eval()
@@ -564,11 +581,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--speed-side", type=int, default=980, help="0: skip the large tower")
+    parser.add_argument("--outlier-ratio", type=float, help="w8a8-mixed: channels above this "
+                        "x the median channel's calibrated max are fp32")  # fmt: skip
+    parser.add_argument("--outlier-fraction", type=float, help="w8a8-mixed: at most this "
+                        "share of a linear's input channels")  # fmt: skip
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    from daemon.engines.mineru.runtimes.int8_vision import OUTLIER_FRACTION, OUTLIER_RATIO
     from daemon.engines.mineru.runtimes.transformers_model import cpu_flags
 
+    outliers = (args.outlier_ratio or OUTLIER_RATIO, args.outlier_fraction or OUTLIER_FRACTION)
     base = load_focus_vit()
     images = corpus_images(pages=args.pages)
     detector = detector_module()
@@ -582,6 +605,7 @@ def main() -> None:
         "calibration_images": [image.name for image in calibration],
         "onnxruntime_max_abs_diff": onnx_diff,
         "gate": asdict(VISION_GATE),
+        "outlier_ratio_fraction": outliers,
         "threads": args.threads,
         "torch": torch.__version__,
         "cpu_flags": sorted(
@@ -591,7 +615,7 @@ def main() -> None:
         "precisions": {},
     }
     for precision in _iter_precisions(args.precisions):
-        model = base if precision == "float32" else prepare(base, precision, maxima)
+        model = base if precision == "float32" else prepare(base, precision, maxima, outliers)
         figures = measure(model, precision, refs, detector)
         speed = {
             "tower_224_s": tower_speed(model, SIZE, args.repeats * 3),
