@@ -152,6 +152,8 @@ def load_curve(paths: Sequence[Path]) -> PassCost:
 
 
 def policies(cost: PassCost, held: float) -> dict[str, Policy]:
+    from daemon.engines.mineru.runtimes.transformers import INT8_AVX2_SCHEDULED as avx2
+
     def sched(k: int, wait: int = 2) -> Policy:
         scheduler = PassScheduler(cost, k, wait, held)
         return Policy(lambda: AdaptiveK(k_max=k, k=min(4, k)), scheduler, 0)
@@ -167,6 +169,10 @@ def policies(cost: PassCost, held: float) -> dict[str, Policy]:
         "sched-k8-w1": sched(8, 1),
         "sched-k8-w4": sched(8, 4),
         "sched-k12-w1": sched(12, 1),
+        # what the engine ships for int8 on AVX2 (its own curve and settings, not --curve's)
+        "engine-avx2": Policy(
+            lambda: AdaptiveK(k_max=avx2.k_max, k=min(4, avx2.k_max)), avx2.scheduler(), 0
+        ),
     }
 
 

@@ -113,3 +113,18 @@ def test_without_a_scheduler_every_row_runs_cut_to_the_limit() -> None:
     plans = plan_pass(rows, [output[:1], output[:1]], [18, 18], None, 3)
     assert [None if p is None else p.tokens for p in plans] == [output[1:4], output[1:4]]
 
+
+def test_the_int8_budget_follows_the_cpu_class() -> None:
+    from daemon.engines.mineru.runtimes.transformers import (
+        DENSE_DRAFTS,
+        INT8_AVX2_SCHEDULED,
+        INT8_DRAFTS,
+        draft_budget,
+    )
+
+    # The scheduler where its pass cost was measured (AVX2), the position budget elsewhere.
+    assert draft_budget("int8", "AVX2") is INT8_AVX2_SCHEDULED
+    assert INT8_AVX2_SCHEDULED.scheduler() is not None
+    assert draft_budget("bf16-int8", "AVX512") is INT8_DRAFTS
+    assert draft_budget("bf16-int8") is INT8_DRAFTS and INT8_DRAFTS.scheduler() is None
+    assert draft_budget("fp32", "AVX2") is DENSE_DRAFTS
