@@ -13,11 +13,15 @@ the row's prefix), which the loop applies at every position it keeps.
 
     python bench/make_model.py
     python bench/bench_verify.py [--ks 0,1,2,4,8,12,16] [--rows 1,4,8] [--context 512]
+
+`--out FILE` also writes the curve as JSON (rows, k, positions = rows x (1 + k), seconds): the
+pass-cost curve bench/sched_replay.py models a page's decode time with.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 import warnings
@@ -71,6 +75,7 @@ def main() -> int:
     parser.add_argument("--rows", default="1,4,8")
     parser.add_argument("--context", type=int, default=512, help="prompt tokens per row")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path, help="also write the curve here (JSON)")
     parser.add_argument(
         "--loop", type=int, default=0, help="also: N tokens by generate() vs by the loop"
     )
@@ -82,6 +87,12 @@ def main() -> int:
         "waiting rows join)",
     )
     parser.add_argument("--batch", type=int, default=6, help="rows per batch for --blocks")
+    parser.add_argument(
+        "--held",
+        default="",
+        help="also: a pass of N of M rows (N:M[:K],...), the others held back (the pass "
+        "scheduler's), against a batch of N rows alone: what holding rows back costs",
+    )
     args = parser.parse_args()
     warnings.simplefilter("ignore")
 
@@ -101,6 +112,7 @@ def main() -> int:
         "| rows | K | forward ms | ms per row | vs K=0 | ms per token kept if all accepted | load |"
     )
     print("|---|---|---|---|---|---|---|")
+    curve: list[dict[str, object]] = []
     for rows in (int(r) for r in args.rows.split(",")):
         batch = DecodeBatch(model, processors, {-1})
         for _ in range(rows):
@@ -109,9 +121,30 @@ def main() -> int:
         for k in ks:
             best = verify_forward(batch, k, args.repeat, vocab, generator)
             base = base or best
+            curve.append(
+                {"rows": rows, "k": k, "positions": rows * (k + 1), "seconds": best,
+                 "load": loadavg()}
+            )  # fmt: skip
             print(
                 f"| {rows} | {k} | {best * 1000:.1f} | {best * 1000 / rows:.1f} | "
                 f"{best / base:.2f}x | {best * 1000 / rows / (k + 1):.1f} | {loadavg()} |",
+                flush=True,
+            )
+    if args.out:
+        header = {"cpu": cpu_model(), "kernels": torch.backends.cpu.get_cpu_capability(),
+                  "precision": loaded.precision, "threads": torch.get_num_threads(),
+                  "context": args.context, "repeat": args.repeat}  # fmt: skip
+        args.out.write_text(json.dumps({**header, "curve": curve}, indent=1), encoding="utf-8")
+    if args.held:
+        print(f"\nrows held back, context {args.context} (load {loadavg()}):")
+        print("| pass | N of M rows, K | held-back pass ms | N rows alone ms | overhead ms |")
+        print("|---|---|---|---|---|")
+        for spec in args.held.split(","):
+            n, m, k = ([int(v) for v in spec.split(":")] + [0])[:3]
+            held, alone = held_back(model, processors, n, m, k, args, vocab, generator)
+            print(
+                f"| {spec} | {n} of {m}, K={k} | {held * 1000:.1f} | {alone * 1000:.1f} | "
+                f"{(held - alone) * 1000:.1f} |",
                 flush=True,
             )
     if args.loop:
@@ -149,6 +182,40 @@ def verify_forward(
             best = min(best, time.perf_counter() - start)
             batch.cache.crop(-width)
     return best
+
+
+def held_back(
+    model: Any,
+    processors: LogitsProcessorList,
+    n: int,
+    m: int,
+    k: int,
+    args: argparse.Namespace,
+    vocab: int,
+    generator: torch.Generator,
+) -> tuple[float, float]:
+    """Min seconds of `DecodeBatch._forward` running `n` of `m` rows (K-token drafts), and
+    of the verify forward of a batch of `n` rows alone."""
+    batch = DecodeBatch(model, processors, {-1})
+    for _ in range(m):
+        batch.join(0, DecodeRequest(text_prompt(1, args.context, vocab, generator), 1 << 20))
+    assert batch.cache is not None
+    taken = list(range(0, m, max(1, m // n)))[:n]
+    width = k + 1
+    ids = torch.randint(0, vocab, (n, width), generator=generator)
+    positions = torch.stack([batch.rows[r].next_pos + torch.arange(width) for r in taken])
+    fed = torch.ones((n, width), dtype=torch.long)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            batch._forward(taken, ids, positions.unsqueeze(0).expand(3, -1, -1), fed)
+            best = min(best, time.perf_counter() - start)
+            batch.cache.crop(-width)
+    alone = DecodeBatch(model, processors, {-1})
+    for _ in range(n):
+        alone.join(0, DecodeRequest(text_prompt(1, args.context, vocab, generator), 1 << 20))
+    return best, verify_forward(alone, k, args.repeat, vocab, generator)
 
 
 def loop_vs_generate(

@@ -36,6 +36,7 @@ from daemon.engines.mineru.runtimes.drafts import (
     plan_draft,
     settle_draft,
 )
+from daemon.engines.mineru.runtimes.schedule import PassCost, PassScheduler
 from daemon.engines.mineru.runtimes.transformers_generate import BatchedGenerator
 from tests.engines.test_mineru_batching import block_image as image
 from tests.tinymodel import randomize_language_model, tiny_model_once
@@ -239,6 +240,46 @@ def test_a_position_budget_shortens_drafts_and_changes_no_token(
         del batch.model.forward  # back to the class's own
     assert [r.tokens for r in results] == refs
     assert widths and max(widths) <= 8 and sum(r.stats.accepted for r in results) > 0
+
+
+def by_rows_squared() -> PassCost:
+    """A pass cost that grows with the square of its rows and hardly with its width: the
+    scheduler runs one row with a long draft and lets the others wait."""
+    return PassCost(tuple((r, w, r * r + 0.01 * w) for r in (1, 2, 4, 8) for w in (1, 4, 16)))
+
+
+class HoldingBatch(RecordingBatch):
+    """Records, per pass, the rows it ran against the rows active, and the longest wait."""
+
+    ran: list[tuple[int, int]]
+    longest_wait = 0
+
+    def _forward(self, taken: list[int], *args: Any) -> torch.Tensor:
+        if not hasattr(self, "ran"):
+            self.ran = []
+        self.ran.append((len(taken), len(self.rows)))
+        waits = [row.drafts.waited for row in self.rows]
+        self.longest_wait = max(self.longest_wait, *waits)
+        return super()._forward(taken, *args)
+
+
+@pytest.mark.parametrize("hole_share", [decode_loop.HOLE_SHARE, 0.0])
+def test_rows_held_back_a_pass_change_no_token(
+    tiny: Tiny, refs: list[list[int]], hole_share: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(decode_loop, "HOLE_SHARE", hole_share)
+    seen = {t for ref in refs for t in ref} | tiny.eos
+    never = [t for t in range(tiny.vocab) if t not in seen]
+    # Half the rows drafted perfectly, half garbled from their third token on.
+    drafts = [ref if i % 2 == 0 else [*ref[:2], *never[: len(ref)]] for i, ref in enumerate(refs)]
+    scheduler = PassScheduler(by_rows_squared(), k_max=8, max_wait=2)
+    processors = greedy_processors(tiny.model, tiny.kwargs(40))
+    batch = HoldingBatch(tiny.model, processors, tiny.eos, scheduler=scheduler)
+    results = decode(batch, requests(tiny, drafts), 4, lambda _r: None)
+    assert [r.tokens for r in results] == refs
+    assert any(ran < active for ran, active in batch.ran)  # rows were held back
+    assert 0 < batch.longest_wait <= 2  # and none longer than the scheduler allows
+    assert sum(r.stats.accepted for r in results) > 0
 
 
 def test_drafts_wrong_from_the_first_token(tiny: Tiny, refs: list[list[int]]) -> None:

@@ -29,7 +29,10 @@ Why it is exact (the tests compare it token for token with generate()):
 
 `LoopGenerator` runs it under `BatchedGenerator.generate`'s contract (the engine's switch);
 `DecodeBatch(max_positions=...)` bounds rows x (1 + K) per pass, which is what a pass costs on
-the weight-only int8 decoder (docs/benchmarks.md, 2026-12-05).
+the weight-only int8 decoder (docs/benchmarks.md, 2026-12-05); `DecodeBatch(scheduler=...)`
+instead chooses each pass's rows and K from the measured pass cost and each row's acceptance
+(schedule.py). A row left out of a pass feeds nothing: its cache rows get the pass's columns
+masked, as a rejected draft's are, so it sees exactly what it would have seen.
 
 Floating-point sums over a different number of masked columns or rows may differ in the last
 bits (as batching in generate() already does), so in bf16 a near-tie may flip; in fp32 the
@@ -63,12 +66,12 @@ from daemon.engines.mineru.runtimes.base import (
     SamplingParams,
     capped,
 )
-from daemon.engines.mineru.runtimes.drafts import (
-    AdaptiveK,
-    DraftPlan,
-    DraftSource,
-    plan_draft,
-    settle_draft,
+from daemon.engines.mineru.runtimes.drafts import AdaptiveK, DraftPlan, DraftSource
+from daemon.engines.mineru.runtimes.schedule import (
+    PassScheduler,
+    RowDrafts,
+    plan_pass,
+    settle_row,
 )
 
 # Holes (rejected draft positions) inside the cache are compacted away once they are more
@@ -118,7 +121,7 @@ class _Row:
     prompt: list[int]
     generated: list[int]  # its last token is not in the cache yet: the next pass feeds it
     next_pos: int  # M-RoPE position of generated[-1]
-    k: AdaptiveK
+    drafts: RowDrafts
     stats: RowStats = field(default_factory=RowStats)
 
     def result(self) -> DecodeResult:
@@ -186,6 +189,7 @@ class DecodeBatch:
         eos_ids: set[int],
         k_policy: Callable[[], AdaptiveK] = AdaptiveK,
         max_positions: int = 0,
+        scheduler: PassScheduler | None = None,
     ) -> None:
         self.model = model
         self.processors = processors
@@ -195,6 +199,10 @@ class DecodeBatch:
         # costs depends on the decoder's kernels: the weight-only int8 one grows with rows
         # (docs/benchmarks.md, 2026-12-05), so a batch there affords shorter drafts.
         self.max_positions = max_positions
+        # Or, with a scheduler: the rows of each pass and their drafts' lengths chosen by
+        # expected tokens per second on the measured pass cost (schedule.py); rows left
+        # out wait a pass. `max_positions` then does not apply.
+        self.scheduler = scheduler
         self.rows: list[_Row] = []
         self.cache: DynamicCache | None = None
         self.mask: torch.Tensor | None = None  # [rows, cache columns], 1 = attend
@@ -236,7 +244,8 @@ class DecodeBatch:
         )
         self.passes += 1
         prompt = [int(t) for t in input_ids[0].tolist()]
-        row = _Row(index, request, prompt, [], int(positions[:, 0, -1].max()) + 1, self.k_policy())
+        drafts = RowDrafts(request.draft, self.k_policy())
+        row = _Row(index, request, prompt, [], int(positions[:, 0, -1].max()) + 1, drafts)
         row.stats.passes = 1
         row.generated.append(self._choose(input_ids, _logits(out)[0, -1:]))
         if self.done(row):
@@ -270,34 +279,37 @@ class DecodeBatch:
 
     @torch.no_grad()
     def step(self) -> list[DecodeResult]:
-        """One forward pass for every active row; the results of the rows that finished."""
+        """One forward pass for the active rows the pass takes (all of them without a
+        scheduler); the results of the rows that finished."""
         if not self.rows or self.cache is None or self.mask is None:
             return []
         count = len(self.rows)
         limit = self.max_positions // count - 1 if self.max_positions else 1 << 30
-        plans = [self._draft(row, limit) for row in self.rows]
-        width = 1 + max(len(p.tokens) for p in plans)
-        ids = torch.zeros((count, width), dtype=torch.long)
-        positions = torch.zeros((3, count, width), dtype=torch.long)
-        fed = torch.zeros((count, width), dtype=torch.long)
+        plans = plan_pass(
+            [row.drafts for row in self.rows],
+            [row.generated for row in self.rows],
+            # Each pass writes at most k + 1 tokens: the draft never runs past the row's cap.
+            [row.request.max_new_tokens - len(row.generated) - 1 for row in self.rows],
+            self.scheduler,
+            limit,
+        )
+        taken = [r for r, plan in enumerate(plans) if plan is not None]
+        ran = [(self.rows[r], plan) for r, plan in enumerate(plans) if plan is not None]
+        width = 1 + max(len(plan.tokens) for _row, plan in ran)
+        ids = torch.zeros((len(ran), width), dtype=torch.long)
+        positions = torch.zeros((3, len(ran), width), dtype=torch.long)
+        fed = torch.zeros((len(ran), width), dtype=torch.long)
         offsets = torch.arange(width)
-        for r, (row, plan) in enumerate(zip(self.rows, plans, strict=True)):
+        for r, (row, plan) in enumerate(ran):
             draft = plan.tokens
             ids[r, : 1 + len(draft)] = torch.tensor([row.generated[-1], *draft])
             positions[:, r, :] = row.next_pos + offsets
             fed[r, : 1 + len(draft)] = 1
-        out = self.model(
-            input_ids=ids,
-            attention_mask=torch.cat([self.mask, fed], dim=1),
-            position_ids=positions,
-            cache=self.cache,
-            use_cache=True,
-        )
+        logits = self._forward(taken, ids, positions, fed)
         self.passes += 1
-        logits = _logits(out)
-        kept = torch.zeros_like(fed)
-        for r, (row, plan) in enumerate(zip(self.rows, plans, strict=True)):
-            kept[r, : self._verify(row, plan, logits[r])] = 1
+        kept = torch.zeros((count, width), dtype=torch.long)
+        for r, (row, plan) in enumerate(ran):
+            kept[taken[r], : self._verify(row, plan, logits[r])] = 1
         self.mask = torch.cat([self.mask, kept], dim=1)
         finished = [row for row in self.rows if self.done(row)]
         if finished:
@@ -305,10 +317,53 @@ class DecodeBatch:
         self._trim()
         return [row.result() for row in finished]
 
-    def _draft(self, row: _Row, limit: int) -> DraftPlan:
-        # Each pass writes at most k + 1 tokens: the draft never runs past the row's cap.
-        room = min(row.request.max_new_tokens - len(row.generated) - 1, limit)
-        return plan_draft(row.request.draft, row.k, row.generated, room)
+    def _forward(
+        self, taken: list[int], ids: torch.Tensor, positions: torch.Tensor, fed: torch.Tensor
+    ) -> torch.Tensor:
+        """The model's fp32 logits for the rows `taken` (indices into `self.rows`), their
+        KV appended to the cache; rows left out get the pass's columns masked (holes)."""
+        assert self.cache is not None and self.mask is not None
+        if len(taken) == len(self.rows):
+            mask = torch.cat([self.mask, fed], dim=1)
+            return _logits(
+                self.model(
+                    input_ids=ids,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    cache=self.cache,
+                    use_cache=True,
+                )
+            )
+        # The rows taken through the model on a cache of their own rows (copies), their new
+        # KV written back into the batch's cache widened by the pass's columns.
+        index = torch.tensor(taken, dtype=torch.long)
+        layers = _layers(self.cache)
+        full = [(layer.keys, layer.values) for layer in layers]
+        for layer, (keys, values) in zip(layers, full, strict=True):
+            assert keys is not None and values is not None  # _layers checked
+            layer.keys = keys.index_select(0, index)
+            layer.values = values.index_select(0, index)
+        try:
+            out = self.model(
+                input_ids=ids,
+                attention_mask=torch.cat([self.mask.index_select(0, index), fed], dim=1),
+                position_ids=positions,
+                cache=self.cache,
+                use_cache=True,
+            )
+        finally:
+            width = ids.shape[1]
+            for layer, (keys, values) in zip(layers, full, strict=True):
+                assert keys is not None and values is not None and layer.keys is not None
+                assert layer.values is not None
+                if layer.keys.shape[-2] == keys.shape[-2] + width:  # the pass ran
+                    layer.keys = F.pad(keys, (0, 0, 0, width)).index_copy_(0, index, layer.keys)
+                    layer.values = F.pad(values, (0, 0, 0, width)).index_copy_(
+                        0, index, layer.values
+                    )
+                else:  # it failed before this layer: the cache as it was
+                    layer.keys, layer.values = keys, values
+        return _logits(out)
 
     def _verify(self, row: _Row, plan: DraftPlan, logits: torch.Tensor) -> int:
         """Append the tokens the model chose for `row` at its scored positions, up to the first
@@ -326,7 +381,7 @@ class DecodeBatch:
                 break
         row.stats.passes += 1
         row.stats.proposed += len(draft)
-        row.stats.accepted += settle_draft(row.k, plan, written)
+        row.stats.accepted += settle_row(row.drafts, plan, written)
         row.next_pos += len(written)
         return len(written)
 
@@ -434,8 +489,9 @@ class LoopGenerator:
     Rows of one set of sampling params, results in request order, `on_done(i)` as row i
     finishes; at most `max_rows` decode together and a waiting row takes a finished row's
     place at once. `draft_for` gives each row its draft source (none by default), `k_policy`
-    each row's draft length policy, `max_positions` bounds rows x (1 + K) per pass (see
-    `DecodeBatch`), `max_tokens` rows x cache columns (`decode`). `totals` adds up every
+    each row's draft length policy, `max_positions` bounds rows x (1 + K) per pass, or
+    `scheduler` chooses each pass's rows and K (see `DecodeBatch`), `max_tokens` rows x
+    cache columns (`decode`). `totals` adds up every
     row's `RowStats`, for the engine to report; each Prediction carries its own row's.
 
     `release` runs before each row's join (its vision pass and prefill: the largest
@@ -456,6 +512,7 @@ class LoopGenerator:
         max_positions: int = 0,
         max_tokens: int = 0,
         release: Callable[[], None] | None = None,
+        scheduler: PassScheduler | None = None,
     ) -> None:
         self.model = model
         self.processor = processor
@@ -467,6 +524,7 @@ class LoopGenerator:
         self.max_positions = max_positions
         self.max_tokens = max_tokens
         self.release = release
+        self.scheduler = scheduler
         self.totals = RowStats()
 
     def processors(self, rows: Sequence[GenRequest]) -> LogitsProcessorList | None:
@@ -491,7 +549,14 @@ class LoopGenerator:
             processors = self.processors(rows)
         if processors is None:
             raise ValueError("the decode loop verifies greedy decoding only")
-        batch = DecodeBatch(self.model, processors, self.eos_ids, self.k_policy, self.max_positions)
+        batch = DecodeBatch(
+            self.model,
+            processors,
+            self.eos_ids,
+            self.k_policy,
+            self.max_positions,
+            self.scheduler,
+        )
         requests = _LazyRequests(self, rows)
         results = decode(
             batch,

@@ -26,6 +26,7 @@ from daemon.engines.mineru.runtimes.base import (
     RuntimeInfo,
     open_client,
 )
+from daemon.engines.mineru.runtimes.schedule import PassCost, PassScheduler
 
 if TYPE_CHECKING:
     from daemon.common.estimate import PassTimings
@@ -66,7 +67,7 @@ class TransformersRuntime:
             loaded.model, loaded.processor, client.client, config.batch_size
         )
         self.loop: LoopGenerator | None = None
-        budget = draft_budget(loaded.precision)
+        budget = draft_budget(loaded.precision, cpu_capability())
         if config.decode == "loop":
             self.loop = make_loop(loaded, client.client, self.generator, config.batch_size)
             self.generator.loop = self.loop
@@ -86,6 +87,7 @@ class TransformersRuntime:
                 # loop: a draft's ceiling and the positions a pass scores (see DraftBudget)
                 "draft_k_max": budget.k_max if self.loop else 0,
                 "draft_positions": budget.max_positions if self.loop else 0,
+                "draft_schedule": bool(self.loop and budget.cost is not None),
                 "dtype_vision": loaded.dtype_vision,
                 "dtype_decoder": loaded.dtype_decoder,
                 "requested_precision": config.precision,
@@ -126,10 +128,21 @@ class TransformersRuntime:
 @dataclass(frozen=True)
 class DraftBudget:
     """How long a row's draft may be (`AdaptiveK.k_max`) and how many positions one pass
-    scores for all rows (`DecodeBatch.max_positions`: rows x (1 + K))."""
+    scores for all rows (`DecodeBatch.max_positions`: rows x (1 + K)); or, with `cost` (a
+    pass's measured seconds by rows and width), the pass scheduler's choice of each pass's
+    rows and K (schedule.py; `max_positions` then unused), no row waiting more than
+    `max_wait` passes in a row."""
 
     k_max: int
     max_positions: int
+    cost: PassCost | None = None
+    max_wait: int = 2
+    held: float = 0.0  # seconds a pass leaving rows out pays on top (PassScheduler.held)
+
+    def scheduler(self) -> PassScheduler | None:
+        if self.cost is None:
+            return None
+        return PassScheduler(self.cost, self.k_max, self.max_wait, self.held)
 
 
 # From what a verify pass costs on a Zen 4 CPU (docs/benchmarks.md, 2026-12-05):
@@ -144,9 +157,50 @@ INT8_DRAFTS = DraftBudget(k_max=4, max_positions=12)
 DENSE_DRAFTS = DraftBudget(k_max=12, max_positions=48)
 
 
-def draft_budget(precision: str) -> DraftBudget:
-    """The budget for the loaded decoder's effective precision (LoadedModel.precision)."""
-    return INT8_DRAFTS if "int8" in precision else DENSE_DRAFTS
+# One decode pass of the real-shape weight-only int8 decoder by (rows, width = 1 + K),
+# seconds, measured alone on an AMD EPYC Zen 2 (AVX2 only, 2 cores, torch's AVX2 kernels,
+# 512-token prompts; the fastest of two runs of bench/bench_verify.py --out, docs/benchmarks.md
+# 2026-12-06). Past 8 rows x K = 2 int8_linear runs dense GEMMs (DENSE_ROWS, 32 positions):
+# dearer per pass, far cheaper per position, which is where long drafts pay here.
+# fmt: off
+INT8_AVX2_PASS_SECONDS: tuple[tuple[int, int, float], ...] = (
+    (1, 1, 0.086), (1, 2, 0.174), (1, 3, 0.192), (1, 4, 0.211), (1, 5, 0.278), (1, 6, 0.32),
+    (1, 7, 0.301), (1, 8, 0.318), (1, 9, 0.353), (1, 12, 0.367), (1, 16, 0.373),
+    (2, 1, 0.165), (2, 2, 0.217), (2, 3, 0.274), (2, 4, 0.282), (2, 5, 0.359), (2, 6, 0.432),
+    (2, 7, 0.433), (2, 8, 0.487), (2, 9, 0.556), (2, 12, 0.65), (2, 16, 0.851),
+    (3, 1, 0.211), (3, 2, 0.306), (3, 3, 0.42), (3, 4, 0.38), (3, 5, 0.457), (3, 6, 0.471),
+    (3, 7, 0.639), (3, 8, 0.55), (3, 9, 0.834), (3, 12, 0.986), (3, 16, 1.143),
+    (4, 1, 0.219), (4, 2, 0.327), (4, 3, 0.389), (4, 4, 0.425), (4, 5, 0.487), (4, 6, 0.55),
+    (4, 7, 0.588), (4, 8, 0.889), (4, 9, 0.962), (4, 12, 1.132), (4, 16, 1.242),
+    (6, 1, 0.262), (6, 2, 0.404), (6, 3, 0.487), (6, 4, 0.552), (6, 5, 0.66), (6, 6, 0.942),
+    (6, 7, 1.055), (6, 8, 1.236), (6, 9, 1.351), (6, 12, 1.3), (6, 16, 1.536),
+    (8, 1, 0.293), (8, 2, 0.507), (8, 3, 0.613), (8, 4, 0.946), (8, 5, 1.049), (8, 6, 1.177),
+    (8, 7, 1.203), (8, 8, 1.292), (8, 9, 1.373), (8, 12, 1.545), (8, 16, 1.871),
+)
+# fmt: on
+# K up to 12, a row waits at most 2 passes, a pass leaving rows out pays ~15 ms of cache
+# copies (bench_verify.py --held): the best of the policies bench/sched_replay.py compared
+# (0.67x today's modelled block decode with text-layer drafts, 0.83x with OCR readings).
+INT8_AVX2_SCHEDULED = DraftBudget(
+    k_max=12,
+    max_positions=0,
+    cost=PassCost(INT8_AVX2_PASS_SECONDS, dense_from=32),
+    max_wait=2,
+    held=0.015,
+)
+
+
+def draft_budget(precision: str, capability: str = "") -> DraftBudget:
+    """The budget for the loaded decoder's effective precision (LoadedModel.precision) on
+    torch's CPU kernels of `capability` (torch.backends.cpu.get_cpu_capability(): "AVX2",
+    "AVX512", ...; "" when not known): the pass scheduler where its pass cost was measured
+    and the replay showed it paying (docs/benchmarks.md, 2026-12-06), else the position
+    budget."""
+    if "int8" not in precision:
+        return DENSE_DRAFTS
+    if capability.upper() == "AVX2" and INT8_AVX2_PASS_SECONDS:
+        return INT8_AVX2_SCHEDULED
+    return INT8_DRAFTS
 
 
 def make_loop(
@@ -158,7 +212,7 @@ def make_loop(
     from daemon.engines.mineru.runtimes.transformers_generate import MAX_BATCH_PROMPT_TOKENS
     from daemon.engines.mineru.runtimes.transformers_model import return_freed_memory
 
-    budget = draft_budget(loaded.precision)
+    budget = draft_budget(loaded.precision, cpu_capability())
     tokenizer = loaded.processor.tokenizer
 
     def encode(text: str) -> list[int]:
@@ -177,7 +231,15 @@ def make_loop(
         MAX_BATCH_PROMPT_TOKENS,
         # What the last joins and passes freed goes back before the next join allocates.
         release=return_freed_memory,
+        scheduler=budget.scheduler(),
     )
+
+
+def cpu_capability() -> str:
+    """The CPU kernels torch runs here ("AVX2", "AVX512", ...: ATEN_CPU_CAPABILITY caps it)."""
+    import torch
+
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def draft_for(row: GenRequest, encode: Callable[[str], list[int]]) -> DraftSource:
