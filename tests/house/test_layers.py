@@ -81,6 +81,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.mineru.runtimes.base": (10, "shared"),
     "daemon.engines.mineru.runtimes.http": (10, "shared"),
     "daemon.engines.mineru.runtimes.drafts": (10, "shared"),
+    "daemon.engines.mineru.runtimes.schedule": (10, "shared"),
     # Worker side, bottom up: reading a file, then the engines, then the worker process.
     "daemon.input.office": (20, "worker"),
     "daemon.input.sniff": (20, "worker"),
