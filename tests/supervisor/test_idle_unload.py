@@ -1,7 +1,7 @@
 """`worker.idle_unload_seconds` on the real `docinbox run` with the `lite` engine.
 
 The decisions (when to unload, what wakes the worker, a document arriving while it exits)
-are unit-tested against a fake clock in tests/supervisor/test_supervisor.py; here the real
+are unit-tested against a fake clock in tests/supervisor/test_supervisor_idle.py; here the real
 processes: the worker really exits, the daemon says so and stays healthy, the next document
 converts exactly as it would have without the unload, and SIGTERM while unloaded is clean.
 """
