@@ -182,6 +182,13 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="document-batched: engine.page_batch (default: the config default)",
     )
+    parser.add_argument(
+        "--drafts",
+        choices=("default", "positions"),
+        default="default",
+        help="auto-loop, auto-drafted: `positions` replaces the int8 decoder's pass scheduler "
+        "(AVX2) with the position budget, to time what the scheduler buys",
+    )
     parser.add_argument("--paths", help="comma-separated, in order (default: per mode)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--timeout", type=float, default=5400.0, help="per path, seconds")
@@ -227,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "batch_size": args.batch_size,
         "page_batch": args.page_batch,
+        "drafts": args.drafts,
         "token_scale": args.token_scale,
         "plan": plans["plan"],
         "documents": plans.get("documents", []),

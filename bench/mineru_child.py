@@ -144,6 +144,13 @@ def _engine_page(spec: dict[str, Any], image: Any, probe: Any, record: dict[str,
     precision = "auto" if path in ("textlayer", LOOP_PATH, DRAFTED_PATH) else path
     text_layer: TextLayer = "auto" if path == "textlayer" else "off"
     decode = "loop" if path in (LOOP_PATH, DRAFTED_PATH) else "generate"
+    if spec.get("drafts") == "positions":
+        # The runtime picks the scheduler only where it has a measured pass cost: without
+        # one it falls back to the position budget (INT8_DRAFTS), as on other CPU classes.
+        from daemon.engines.mineru.runtimes import transformers as runtime
+
+        runtime.INT8_AVX2_PASS_SECONDS = ()
+    record["drafts"] = spec.get("drafts", "default")
     engine = MinerUEngine(_engine_config(spec, precision, text_layer, decode=decode))
     t_load = time.monotonic()
     info = engine.load()
