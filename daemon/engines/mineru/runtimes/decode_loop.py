@@ -78,6 +78,10 @@ from daemon.engines.mineru.runtimes.schedule import (
 # than this share of the live columns; below it, carrying them costs less than the copy.
 HOLE_SHARE = 0.125
 
+# Processor inputs with one entry per prompt token ([1, L]): left-padded when rows join
+# together. Every other input (pixel values, image grid sizes) is per image.
+_PER_TOKEN_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids")
+
 
 @dataclass
 class RowStats:
@@ -208,13 +212,19 @@ class DecodeBatch:
         self.mask: torch.Tensor | None = None  # [rows, cache columns], 1 = attend
         self.passes = 0  # forward passes of this batch (prefills included)
 
-    def fits(self, request: DecodeRequest, max_tokens: int) -> bool:
-        """Whether `request` may join without the cache passing `max_tokens` columns x rows
-        (0: no bound): a joining prompt longer than the batch's columns left-pads them all."""
-        if not max_tokens or not self.rows or self.mask is None:
+    def fits(
+        self, request: DecodeRequest, max_tokens: int, joining: Sequence[DecodeRequest] = ()
+    ) -> bool:
+        """Whether `request` may join, with the rows `joining` together with it, without the
+        cache passing `max_tokens` columns x rows (0: no bound): a joining prompt longer
+        than the batch's columns left-pads them all. The first row always fits."""
+        if not max_tokens or (not self.rows and not joining):
             return True
-        length = int(request.inputs["input_ids"].shape[1])
-        return (len(self.rows) + 1) * max(self.mask.shape[1], length) <= max_tokens
+        width = max(
+            [0 if self.mask is None else self.mask.shape[1]]
+            + [int(other.inputs["input_ids"].shape[1]) for other in (*joining, request)]
+        )
+        return (len(self.rows) + len(joining) + 1) * width <= max_tokens
 
     def done(self, row: _Row) -> bool:
         return row.generated[-1] in self.eos_ids or len(row.generated) >= row.request.max_new_tokens
@@ -253,6 +263,74 @@ class DecodeBatch:
         self._merge(cache, len(prompt))
         self.rows.append(row)
         return None
+
+    @torch.no_grad()
+    def join_many(self, items: Sequence[tuple[int, DecodeRequest]]) -> list[DecodeResult]:
+        """Prefill several rows in ONE forward pass, their prompts left-padded to the longest
+        (as generate() batches prompts), and add them; the results of those that finished at
+        once. Every prefill reads all the decoder's weights and runs its GEMMs on that row's
+        tokens alone; rows waiting together at a step's start (up to `max_rows`) share one.
+        Each row's positions come from its own tokens (get_rope_index skips the padding), the
+        padding is masked, and each row's cache is merged unpadded, so a row sees exactly
+        what it sees when it joins alone."""
+        if len(items) == 1:
+            done = self.join(*items[0])
+            return [] if done is None else [done]
+        ids = [request.inputs["input_ids"] for _index, request in items]
+        if any(t.shape[0] != 1 for t in ids):
+            raise ValueError("join one row per request")
+        width = max(int(t.shape[1]) for t in ids)
+        padded: dict[str, torch.Tensor] = {}
+        for key in items[0][1].inputs:
+            parts = [request.inputs[key] for _index, request in items]
+            if key in _PER_TOKEN_INPUTS:  # [1, L]: left-padded with 0 (masked, text)
+                padded[key] = torch.cat([_pad_left(part, width, 1) for part in parts])
+            else:  # per image (pixel values' patches, grid sizes): one after another
+                padded[key] = torch.cat(parts)
+        if "attention_mask" not in padded:
+            ones = [torch.ones_like(t) for t in ids]
+            padded["attention_mask"] = torch.cat([_pad_left(m, width, 1) for m in ones])
+        input_ids = padded.pop("input_ids")
+        positions, _deltas = self.model.model.get_rope_index(
+            input_ids,
+            mm_token_type_ids=padded["mm_token_type_ids"],
+            image_grid_thw=padded.get("image_grid_thw"),
+            attention_mask=padded["attention_mask"],
+        )
+        cache = DynamicCache(config=self.model.config)
+        out = self.model(
+            input_ids=input_ids,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            **padded,
+        )
+        self.passes += 1
+        logits = _logits(out)
+        layers = _layers(cache)
+        finished: list[DecodeResult] = []
+        for i, ((index, request), row_ids) in enumerate(zip(items, ids, strict=True)):
+            length = int(row_ids.shape[1])
+            prompt = [int(t) for t in row_ids[0].tolist()]
+            drafts = RowDrafts(request.draft, self.k_policy())
+            row = _Row(index, request, prompt, [], int(positions[:, i, -1].max()) + 1, drafts)
+            row.stats.passes = 1
+            row.generated.append(self._choose(row_ids, logits[i, -1:]))
+            if self.done(row):
+                finished.append(row.result())
+                continue
+            own = DynamicCache(config=self.model.config)
+            for number, layer in enumerate(layers):
+                assert layer.keys is not None and layer.values is not None  # _layers checked
+                own.update(
+                    layer.keys[i : i + 1, :, width - length :],
+                    layer.values[i : i + 1, :, width - length :],
+                    number,
+                )
+            self._merge(own, length)
+            self.rows.append(row)
+        return finished
 
     def _choose(self, prefix: torch.Tensor, logits: torch.Tensor) -> int:
         """generate()'s greedy choice after `prefix` ([1, L]) from fp32 `logits` ([1, V])."""
@@ -455,17 +533,24 @@ def decode(
         on_done(result)
 
     while waiting or head is not None or batch.rows:
-        while (waiting or head is not None) and len(batch.rows) < max(1, max_rows):
-            if head is None:
-                index = waiting.popleft()
-                head = (index, requests[index])
-            if not batch.fits(head[1], max_tokens):
-                break  # it joins when rows have left
+        while True:
+            # The rows that can join now join together: one prefill for all of them.
+            group: list[tuple[int, DecodeRequest]] = []
+            while (waiting or head is not None) and len(batch.rows) + len(group) < max(
+                1, max_rows
+            ):
+                if head is None:
+                    index = waiting.popleft()
+                    head = (index, requests[index])
+                if not batch.fits(head[1], max_tokens, [request for _i, request in group]):
+                    break  # it joins when rows have left
+                group.append(head)
+                head = None
+            if not group:
+                break
             if release is not None:
                 release()
-            joined = batch.join(*head)
-            head = None
-            if joined is not None:
+            for joined in batch.join_many(group):
                 finish(joined)
         for result in batch.step():
             finish(result)
