@@ -8,8 +8,9 @@ rows are active. So this loop
 - keeps a set of active rows (`DecodeBatch`), each with its own KV rows in one shared
   `DynamicCache`, its own attention-mask row and its own next M-RoPE position. A row that
   finishes (EOS or its own cap) leaves at once: its KV rows are sliced out of every layer and
-  the cache columns no remaining row uses are trimmed. A waiting row joins after its own
-  prefill: its cache is left-padded (or the batch's is) so both end at the same column, then
+  the cache columns no remaining row uses are trimmed. A waiting row joins after its
+  prefill (rows waiting together share one, their prompts left-padded as generate() pads
+  them): its cache is left-padded (or the batch's is) so both end at the same column, then
   concatenated on the batch dimension;
 - lets each row carry a draft of its next tokens (`drafts.DraftSource`): one forward pass
   scores [last token, d0 .. dk-1] for every row (shorter drafts padded and masked), and the
@@ -521,7 +522,9 @@ def decode(
     """Every request through `batch`, at most `max_rows` active at once, in request order:
     a row joins as soon as another leaves (and, with `max_tokens`, as soon as the cache has
     room for its prompt: `DecodeBatch.fits`). `on_done` hears each row when it finishes;
-    `release` runs before each join (LoopGenerator's: see there)."""
+    `release` runs before each join (LoopGenerator's: see there). Rows that can join at
+    the same time (all the waiting ones at the start, up to `max_rows`) join together
+    (`DecodeBatch.join_many`: one prefill)."""
     # Indices, not requests: a request is read only when its row is next to join, so a lazy
     # sequence (LoopGenerator's) holds a few blocks' pixel values, not the whole step's.
     waiting = deque(range(len(requests)))
@@ -579,8 +582,8 @@ class LoopGenerator:
     cache columns (`decode`). `totals` adds up every
     row's `RowStats`, for the engine to report; each Prediction carries its own row's.
 
-    `release` runs before each row's join (its vision pass and prefill: the largest
-    allocations a row makes). The engine gives it the heap trim (malloc_trim): a join's
+    `release` runs before each join (the joining rows' vision pass and prefill: the largest
+    allocations rows make). The engine gives it the heap trim (malloc_trim): a join's
     buffers differ in size from crop to crop and across the page threads that run the
     batches, and glibc kept what they freed, so a worker with page_batch 4 grew from 3.0 to
     3.9 GB over one document's block joins (bench/rss_phases.py, docs/benchmarks.md)."""
