@@ -164,23 +164,6 @@ def loop_passes(tokens: tuple[int, ...], slots: int) -> list[int]:
     return rows
 
 
-def loop_joins(tokens: tuple[int, ...], slots: int) -> int:
-    """Prefills of the block rows in the decode loop: the rows waiting when slots are free
-    join together in one prefill (at the step's start, all of them up to `slots`); a row
-    done at its prefill frees its slot for the next join."""
-    pending = deque(max(0, n - 1) for n in tokens)
-    active: list[int] = []
-    joins = 0
-    while pending or active:
-        while pending and len(active) < slots:
-            joins += 1
-            while pending and len(active) < slots:
-                active.append(pending.popleft())
-            active = [left for left in active if left > 0]  # done at its prefill: leaves
-        active = [left - 1 for left in active if left > 1]
-    return joins
-
-
 def generate_passes(tokens: tuple[int, ...], crops: tuple[int, ...], slots: int) -> list[int]:
     """Rows in each decode pass of generate() batches (engine.decode: generate): requests
     sorted by prompt size, `slots` a batch, each batch decoding to its longest row."""
@@ -225,8 +208,7 @@ def page_breakdown(
     t: PassTimings, batch_size: int, decode: str, page: TypicalPage = TYPICAL_PAGE
 ) -> PageBreakdown:
     """The typical page's seconds from the timed passes (one page alone in the engine):
-    one vision pass per image, one prefill per join of rows (the loop) or per batch
-    (generate())."""
+    one vision pass per image, one prefill per row (the loop) or per batch (generate())."""
     width = t.vision_width
     per_image = PassCost.fit(
         (vision_cost(t.vision_base_patches, width), t.vision_base_seconds),
@@ -238,7 +220,7 @@ def page_breakdown(
     slots = max(1, batch_size)
     if decode == "loop":
         passes = loop_passes(page.block_tokens, slots)
-        prefills = 1 + loop_joins(page.block_tokens, slots)
+        prefills = len(page.images)
     else:
         passes = generate_passes(page.block_tokens, page.crop_patches, slots)
         prefills = 1 + -(-len(page.crop_patches) // slots)

@@ -32,7 +32,6 @@ from daemon.common.estimate import (
     cached,
     estimate_key,
     generate_passes,
-    loop_joins,
     loop_passes,
     page_breakdown,
     resolve,
@@ -114,9 +113,7 @@ def test_fixed_costs_count_per_image_and_per_prefill() -> None:
     assert loop.vision == pytest.approx(
         vision(vision_cost(400, 1280)) + 3 * vision(vision_cost(40, 1280))
     )
-    # the loop: the layout row, then blocks 1 and 2 joining together, then block 3 (one
-    # token each: done at their prefill, so the third joins after them)
-    assert loop.prefill == pytest.approx(3 * prefill.fixed + prefill.rate * page.prompt_tokens)
+    assert loop.prefill == pytest.approx(4 * prefill.fixed + prefill.rate * page.prompt_tokens)
     # generate(): the layout row alone, then the blocks in batches of 2: three prefills
     batched = page_breakdown(base, batch_size=2, decode="generate", page=page)
     assert batched.prefill == pytest.approx(3 * prefill.fixed + prefill.rate * page.prompt_tokens)
@@ -126,10 +123,6 @@ def test_decode_steps_follow_the_batching() -> None:
     # the loop: a row joins when a slot frees; its first token comes with its prefill
     assert loop_passes((3, 2, 4), slots=2) == [2, 2, 1, 1]
     assert loop_passes((5,), slots=8) == [1] * 4
-    # its prefills: the rows waiting when slots are free join together
-    assert loop_joins((3, 2, 4), slots=2) == 2  # rows 1 and 2, then row 3 when row 2 leaves
-    assert loop_joins((3, 3, 3, 3), slots=8) == 1
-    assert loop_joins((1, 1, 1), slots=2) == 2
     # generate(): batches by prompt size, each to its longest row, at full width
     assert generate_passes((3, 2, 4), (30, 10, 20), slots=2) == [2, 2, 2, 1, 1]
     assert step_seconds(TIMINGS, 1) == pytest.approx(0.05)

@@ -397,43 +397,19 @@ def test_loop_generator_gives_what_batched_generate_gives(tiny: Tiny) -> None:
 def test_the_release_runs_before_every_join_and_changes_no_token(
     tiny: Tiny, refs: list[list[int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The engine's heap trim: once before each join (of one row or of rows joining
-    together), never between two passes."""
+    """The engine's heap trim: once before each row's join, never between two passes."""
     batch = tiny.batch()
     events: list[str] = []
-    joined: list[int] = []
-    join_many = batch.join_many
+    join = batch.join
 
-    def recorded(items: Sequence[tuple[int, DecodeRequest]]) -> list[DecodeResult]:
+    def recorded_join(index: int, request: DecodeRequest) -> DecodeResult | None:
         events.append("join")
-        joined.extend(index for index, _request in items)
-        return join_many(items)
+        return join(index, request)
 
-    monkeypatch.setattr(batch, "join_many", recorded)
+    monkeypatch.setattr(batch, "join", recorded_join)
     results = decode(batch, requests(tiny), 2, lambda _r: None, release=lambda: events.append("r"))
     assert [r.tokens for r in results] == refs
-    assert sorted(joined) == list(range(len(SHAPES)))
-    assert events == ["r", "join"] * (len(events) // 2) and len(events) < 2 * len(SHAPES)
-
-
-def test_rows_waiting_together_join_in_one_prefill(tiny: Tiny, refs: list[list[int]]) -> None:
-    """At a step's start every waiting row (up to max_rows) is prefilled in ONE forward
-    pass, prompts of different lengths left-padded, and writes what it writes alone."""
-    batch = tiny.batch()
-    steps = 0
-    step = batch.step
-
-    def counted() -> list[DecodeResult]:
-        nonlocal steps
-        steps += 1
-        return step()
-
-    batch.step = counted  # type: ignore[method-assign]
-    lengths = {int(r.inputs["input_ids"].shape[1]) for r in requests(tiny)}
-    assert len(lengths) > 1  # the prompts differ: the joint prefill pads
-    results = decode(batch, requests(tiny), len(SHAPES), lambda _r: None)
-    assert [r.tokens for r in results] == refs
-    assert batch.passes == 1 + steps  # one prefill for all the rows
+    assert events == ["r", "join"] * len(SHAPES)
 
 
 def test_prompt_lookup_proposes_what_followed_the_last_tail() -> None:

@@ -8,7 +8,6 @@ with the position budget of today and with a scheduler that holds rows back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from bench.sched_replay import Policy, Row, replay_batch
 from daemon.engines.mineru.runtimes.decode_loop import (
     DecodeBatch,
     DecodeRequest,
-    DecodeResult,
     decode,
     greedy_processors,
 )
@@ -34,11 +32,6 @@ STEEP = PassCost(tuple((r, w, r * r + 0.01 * w) for r in (1, 2, 4, 8) for w in (
 
 class CountingBatch(DecodeBatch):
     positions = 0
-    prefills = 0
-
-    def join_many(self, items: Sequence[tuple[int, DecodeRequest]]) -> list[DecodeResult]:
-        self.prefills += 1  # one forward pass, however many rows join together
-        return super().join_many(items)
 
     def _forward(self, taken: list[int], ids: torch.Tensor, *args: Any) -> torch.Tensor:
         self.positions += int(ids.numel())
@@ -74,9 +67,8 @@ def test_the_batch_replay_counts_what_the_loop_counts(tiny: Tiny, policy: Policy
         Row(ref, cap, external(draft)) for ref, cap, draft in zip(refs, cap_of, drafts, strict=True)
     ]
     run = replay_batch(rows, 3, policy, STEEP)
-    # The prefills are passes of the batch too (rows waiting together share one).
-    assert 0 < batch.prefills < len(results)
-    assert (run.passes, run.positions) == (batch.passes - batch.prefills, batch.positions)
+    joins = len(results)  # each row's prefill is a pass of the batch too
+    assert (run.passes, run.positions) == (batch.passes - joins, batch.positions)
     assert run.proposed == sum(r.stats.proposed for r in results) > 0
     assert run.accepted == sum(r.stats.accepted for r in results) > 0
     if policy.scheduler is not None:

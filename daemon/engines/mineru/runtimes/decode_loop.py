@@ -8,9 +8,8 @@ rows are active. So this loop
 - keeps a set of active rows (`DecodeBatch`), each with its own KV rows in one shared
   `DynamicCache`, its own attention-mask row and its own next M-RoPE position. A row that
   finishes (EOS or its own cap) leaves at once: its KV rows are sliced out of every layer and
-  the cache columns no remaining row uses are trimmed. A waiting row joins after its
-  prefill (rows waiting together share one, their prompts left-padded as generate() pads
-  them): its cache is left-padded (or the batch's is) so both end at the same column, then
+  the cache columns no remaining row uses are trimmed. A waiting row joins after its own
+  prefill: its cache is left-padded (or the batch's is) so both end at the same column, then
   concatenated on the batch dimension;
 - lets each row carry a draft of its next tokens (`drafts.DraftSource`): one forward pass
   scores [last token, d0 .. dk-1] for every row (shorter drafts padded and masked), and the
@@ -78,10 +77,6 @@ from daemon.engines.mineru.runtimes.schedule import (
 # Holes (rejected draft positions) inside the cache are compacted away once they are more
 # than this share of the live columns; below it, carrying them costs less than the copy.
 HOLE_SHARE = 0.125
-
-# Processor inputs with one entry per prompt token ([1, L]): left-padded when rows join
-# together. Every other input (pixel values, image grid sizes) is per image.
-_PER_TOKEN_INPUTS = ("input_ids", "attention_mask", "mm_token_type_ids")
 
 
 @dataclass
@@ -213,19 +208,13 @@ class DecodeBatch:
         self.mask: torch.Tensor | None = None  # [rows, cache columns], 1 = attend
         self.passes = 0  # forward passes of this batch (prefills included)
 
-    def fits(
-        self, request: DecodeRequest, max_tokens: int, joining: Sequence[DecodeRequest] = ()
-    ) -> bool:
-        """Whether `request` may join, with the rows `joining` together with it, without the
-        cache passing `max_tokens` columns x rows (0: no bound): a joining prompt longer
-        than the batch's columns left-pads them all. The first row always fits."""
-        if not max_tokens or (not self.rows and not joining):
+    def fits(self, request: DecodeRequest, max_tokens: int) -> bool:
+        """Whether `request` may join without the cache passing `max_tokens` columns x rows
+        (0: no bound): a joining prompt longer than the batch's columns left-pads them all."""
+        if not max_tokens or not self.rows or self.mask is None:
             return True
-        width = max(
-            [0 if self.mask is None else self.mask.shape[1]]
-            + [int(other.inputs["input_ids"].shape[1]) for other in (*joining, request)]
-        )
-        return (len(self.rows) + len(joining) + 1) * width <= max_tokens
+        length = int(request.inputs["input_ids"].shape[1])
+        return (len(self.rows) + 1) * max(self.mask.shape[1], length) <= max_tokens
 
     def done(self, row: _Row) -> bool:
         return row.generated[-1] in self.eos_ids or len(row.generated) >= row.request.max_new_tokens
@@ -264,74 +253,6 @@ class DecodeBatch:
         self._merge(cache, len(prompt))
         self.rows.append(row)
         return None
-
-    @torch.no_grad()
-    def join_many(self, items: Sequence[tuple[int, DecodeRequest]]) -> list[DecodeResult]:
-        """Prefill several rows in ONE forward pass, their prompts left-padded to the longest
-        (as generate() batches prompts), and add them; the results of those that finished at
-        once. Every prefill reads all the decoder's weights and runs its GEMMs on that row's
-        tokens alone; rows waiting together at a step's start (up to `max_rows`) share one.
-        Each row's positions come from its own tokens (get_rope_index skips the padding), the
-        padding is masked, and each row's cache is merged unpadded, so a row sees exactly
-        what it sees when it joins alone."""
-        if len(items) == 1:
-            done = self.join(*items[0])
-            return [] if done is None else [done]
-        ids = [request.inputs["input_ids"] for _index, request in items]
-        if any(t.shape[0] != 1 for t in ids):
-            raise ValueError("join one row per request")
-        width = max(int(t.shape[1]) for t in ids)
-        padded: dict[str, torch.Tensor] = {}
-        for key in items[0][1].inputs:
-            parts = [request.inputs[key] for _index, request in items]
-            if key in _PER_TOKEN_INPUTS:  # [1, L]: left-padded with 0 (masked, text)
-                padded[key] = torch.cat([_pad_left(part, width, 1) for part in parts])
-            else:  # per image (pixel values' patches, grid sizes): one after another
-                padded[key] = torch.cat(parts)
-        if "attention_mask" not in padded:
-            ones = [torch.ones_like(t) for t in ids]
-            padded["attention_mask"] = torch.cat([_pad_left(m, width, 1) for m in ones])
-        input_ids = padded.pop("input_ids")
-        positions, _deltas = self.model.model.get_rope_index(
-            input_ids,
-            mm_token_type_ids=padded["mm_token_type_ids"],
-            image_grid_thw=padded.get("image_grid_thw"),
-            attention_mask=padded["attention_mask"],
-        )
-        cache = DynamicCache(config=self.model.config)
-        out = self.model(
-            input_ids=input_ids,
-            position_ids=positions,
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-            **padded,
-        )
-        self.passes += 1
-        logits = _logits(out)
-        layers = _layers(cache)
-        finished: list[DecodeResult] = []
-        for i, ((index, request), row_ids) in enumerate(zip(items, ids, strict=True)):
-            length = int(row_ids.shape[1])
-            prompt = [int(t) for t in row_ids[0].tolist()]
-            drafts = RowDrafts(request.draft, self.k_policy())
-            row = _Row(index, request, prompt, [], int(positions[:, i, -1].max()) + 1, drafts)
-            row.stats.passes = 1
-            row.generated.append(self._choose(row_ids, logits[i, -1:]))
-            if self.done(row):
-                finished.append(row.result())
-                continue
-            own = DynamicCache(config=self.model.config)
-            for number, layer in enumerate(layers):
-                assert layer.keys is not None and layer.values is not None  # _layers checked
-                own.update(
-                    layer.keys[i : i + 1, :, width - length :],
-                    layer.values[i : i + 1, :, width - length :],
-                    number,
-                )
-            self._merge(own, length)
-            self.rows.append(row)
-        return finished
 
     def _choose(self, prefix: torch.Tensor, logits: torch.Tensor) -> int:
         """generate()'s greedy choice after `prefix` ([1, L]) from fp32 `logits` ([1, V])."""
@@ -522,9 +443,7 @@ def decode(
     """Every request through `batch`, at most `max_rows` active at once, in request order:
     a row joins as soon as another leaves (and, with `max_tokens`, as soon as the cache has
     room for its prompt: `DecodeBatch.fits`). `on_done` hears each row when it finishes;
-    `release` runs before each join (LoopGenerator's: see there). Rows that can join at
-    the same time (all the waiting ones at the start, up to `max_rows`) join together
-    (`DecodeBatch.join_many`: one prefill)."""
+    `release` runs before each join (LoopGenerator's: see there)."""
     # Indices, not requests: a request is read only when its row is next to join, so a lazy
     # sequence (LoopGenerator's) holds a few blocks' pixel values, not the whole step's.
     waiting = deque(range(len(requests)))
@@ -536,24 +455,17 @@ def decode(
         on_done(result)
 
     while waiting or head is not None or batch.rows:
-        while True:
-            # The rows that can join now join together: one prefill for all of them.
-            group: list[tuple[int, DecodeRequest]] = []
-            while (waiting or head is not None) and len(batch.rows) + len(group) < max(
-                1, max_rows
-            ):
-                if head is None:
-                    index = waiting.popleft()
-                    head = (index, requests[index])
-                if not batch.fits(head[1], max_tokens, [request for _i, request in group]):
-                    break  # it joins when rows have left
-                group.append(head)
-                head = None
-            if not group:
-                break
+        while (waiting or head is not None) and len(batch.rows) < max(1, max_rows):
+            if head is None:
+                index = waiting.popleft()
+                head = (index, requests[index])
+            if not batch.fits(head[1], max_tokens):
+                break  # it joins when rows have left
             if release is not None:
                 release()
-            for joined in batch.join_many(group):
+            joined = batch.join(*head)
+            head = None
+            if joined is not None:
                 finish(joined)
         for result in batch.step():
             finish(result)
@@ -582,8 +494,8 @@ class LoopGenerator:
     cache columns (`decode`). `totals` adds up every
     row's `RowStats`, for the engine to report; each Prediction carries its own row's.
 
-    `release` runs before each join (the joining rows' vision pass and prefill: the largest
-    allocations rows make). The engine gives it the heap trim (malloc_trim): a join's
+    `release` runs before each row's join (its vision pass and prefill: the largest
+    allocations a row makes). The engine gives it the heap trim (malloc_trim): a join's
     buffers differ in size from crop to crop and across the page threads that run the
     batches, and glibc kept what they freed, so a worker with page_batch 4 grew from 3.0 to
     3.9 GB over one document's block joins (bench/rss_phases.py, docs/benchmarks.md)."""
