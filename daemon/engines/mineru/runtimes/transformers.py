@@ -90,7 +90,7 @@ class TransformersRuntime:
                 "draft_schedule": bool(self.loop and budget.cost is not None),
                 "dtype_vision": loaded.dtype_vision,
                 # "sdpa" or "chunked": which exact attention kernel the tower's load chose
-                "vision_attention": loaded.details.get("vision_attention", "sdpa"),
+                "vision_attention": loaded.details["vision_attention"],
                 "dtype_decoder": loaded.dtype_decoder,
                 "requested_precision": config.precision,
                 "weights_path": str(loaded.weights.path),
