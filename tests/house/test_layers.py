@@ -92,6 +92,8 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.lite.figures": (30, "worker"),
     "daemon.engines.lite.gutters": (30, "worker"),
     "daemon.engines.lite.dropcaps": (30, "worker"),
+    "daemon.engines.lite.detection": (30, "worker"),
+    "daemon.engines.lite.rules": (30, "worker"),
     "daemon.engines.lite.junk": (30, "worker"),
     "daemon.engines.lite.lines": (30, "worker"),
     "daemon.engines.lite.ocr": (30, "worker"),

@@ -108,6 +108,7 @@ def compose_page(
     source: str,
     progress: ProgressFn,
     page_aspect: float = 1.0,
+    rules: Sequence[Box] = (),
 ) -> PageLayout:
     """Blocks in reading order from a page's lines and (for scans) its layout regions.
 
@@ -133,7 +134,7 @@ def compose_page(
         groups += [_Group(kind=ASIDE_TEXT, bbox=ln.bbox, lines=[ln]) for ln in aside]
     items: list[Line | _Group] = [*free, *groups]
     rtl = is_rtl([ln.text for ln in kept])
-    reading = read_page(items, lambda it: it.bbox, rtl=rtl, heading=_is_title)
+    reading = read_page(items, lambda it: it.bbox, rtl=rtl, heading=_is_title, rules=rules)
     ordered = reading.order
     # Running heads first and feet (and margin notes) last, where a reader skips them.
     tail = (FOOTER, ASIDE_TEXT)
@@ -355,5 +356,3 @@ def _rows(lines: list[Line]) -> list[Line]:
         row.append(ln)
     out.extend(sorted(row, key=lambda r: r.bbox[0]))
     return out
-
-

@@ -44,8 +44,8 @@ from daemon.document.page import (
 )
 from daemon.engines.lite.compose import compose_page
 from daemon.engines.lite.figures import drawing_boxes, figure_boxes
-from daemon.engines.lite.lines import Line
-from daemon.engines.lite.ocr import OcrReader
+from daemon.engines.lite.lines import Box, Line
+from daemon.engines.lite.ocr import OcrPage, OcrReader
 from daemon.engines.lite.orientation import (
     LineSample,
     OcrOrientation,
@@ -125,6 +125,7 @@ class LiteEngine:
         info: dict[str, Any] = {}
         lines: list[Line] | None = None
         regions: list[rg.Region] = []
+        rules: list[Box] = []  # column rules printed on a scan (`rules`)
         angle = 0
         frame = page.image
         if page.pdf_path is not None and page.text_layer is not None:
@@ -161,7 +162,8 @@ class LiteEngine:
                 info["text_layer"] = "untrusted" if layer else "absent"
         if lines is None:
             source_image = legible(page.image) if page.dpi is None else page.image
-            lines, orientation, image = self._ocr_upright(source_image)
+            read, orientation, image = self._ocr_upright(source_image)
+            lines, rules = read.lines, read.rules
             frame = image
             angle = orientation.angle
             info["orientation"] = {
@@ -171,11 +173,22 @@ class LiteEngine:
             }
             if self._layout is not None:
                 regions = self._layout.detect(image)
+            passes = self._ocr.detection_passes if self._ocr is not None else []
+            if len(passes) > 1:
+                # The print was too small for one detection pass: say at which sides.
+                info["detection_sides"] = [p.side for p in passes]
+            if rules:
+                info["column_rules"] = len(rules)
             source = SOURCE_OCR
         info["source"] = source
         width, height = frame.size  # the frame the line boxes are normalised to
         laid = compose_page(
-            lines, regions, source=source, progress=progress, page_aspect=height / max(width, 1)
+            lines,
+            regions,
+            source=source,
+            progress=progress,
+            page_aspect=height / max(width, 1),
+            rules=rules,
         )
         blocks = laid.blocks
         if angle:
@@ -191,8 +204,8 @@ class LiteEngine:
 
     # ------------------------------------------------------------------ OCR
 
-    def _ocr_upright(self, image: Image.Image) -> tuple[list[Line], Orientation, Image.Image]:
-        """OCR lines of the page turned upright, the turn, and the upright image."""
+    def _ocr_upright(self, image: Image.Image) -> tuple[OcrPage, Orientation, Image.Image]:
+        """OCR of the page turned upright, the turn, and the upright image."""
         if self._ocr is None:
             raise RuntimeError("LiteEngine.parse_page called before load()")
         ocr = self._ocr
@@ -200,13 +213,13 @@ class LiteEngine:
             # The classifier decides before OCR: one OCR pass, on the upright page.
             orientation = self._tiles.detect(image)
             image = upright(image, orientation.angle)
-            return ocr.lines(image), orientation, image
-        lines = ocr.lines(image)
-        orientation = self._orientation(ocr, image, lines)
+            return ocr.read(image), orientation, image
+        read = ocr.read(image)
+        orientation = self._orientation(ocr, image, read.lines)
         if orientation.angle:
             image = upright(image, orientation.angle)
-            lines = ocr.lines(image)
-        return lines, orientation, image
+            read = ocr.read(image)
+        return read, orientation, image
 
     def _orientation(
         self, ocr: OcrReader, image: Image.Image, lines: Sequence[Line]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from daemon.engines.lite.lines import Line
+from daemon.engines.lite.rules import Rule
 
 # The rows of a line box whose ink decides: the middle, clear of neighbours' ascenders.
 _CORE = (0.2, 0.8)
@@ -40,6 +41,8 @@ _MAX_GAP_HEIGHTS = 4.0
 # (a magazine column is 15-20 line heights wide), not a few words that a wider space
 # happens to set apart in lines of the same text.
 _MIN_PART_HEIGHTS = 8.0
+# Beside a column rule a bridged line is blank for this many line heights on each side.
+_RULE_MARGIN_HEIGHTS = 0.08
 # Lines this many line heights above or below are asked whether the gutter runs on.
 _NEIGHBOURHOOD = 6.0
 _MIN_CONFIRMING = 2
@@ -74,6 +77,60 @@ def split_at_gutters(lines: Sequence[Line], gray: np.ndarray) -> dict[int, list[
         if len(parts) > 1:
             found[i] = parts
     return found
+
+
+def split_at_rules(
+    lines: Sequence[Line], rules: Sequence[Rule], gray: np.ndarray
+) -> dict[int, list[Part]]:
+    """For each line whose box runs across a column rule (`rules`), its parts left to right.
+
+    `gray` is the page with its rules painted out. A rule is the printer's own column
+    edge, so the white run at it needs no confirming by the lines around, only to be a
+    gutter's: blank for a share of the line height on both sides of the rule. A title
+    set across a paste-up's edge (which reads as a rule too) has its letters up to the
+    edge. "Print on both sides" is a line height of box beyond the rule each way: the
+    detector's padding alone reaches over a rule by less.
+    """
+    height, width = gray.shape[:2]
+    found: dict[int, list[Part]] = {}
+    for i, ln in enumerate(lines):
+        box = _pixels(ln, width, height)
+        h = box[3] - box[1]
+        across = [
+            r
+            for r in rules
+            if box[0] + h <= r.x0
+            and r.x1 <= box[2] - h
+            and min(box[3], r.y1) - max(box[1], r.y0) >= 0.5 * h
+        ]
+        prof = _profile(gray, box) if across else None
+        if prof is None:
+            continue
+        cuts = [
+            run
+            for r in across
+            if (run := _blank_around(prof, r.x0, r.x1)) is not None
+            and run[1] - run[0] >= _MIN_GAP_HEIGHTS * h
+            # Paper on both sides of the rule itself: a letter that touches the rule (a
+            # title typed across a paste-up's edge) leaves none on its side.
+            and min(r.x0 - run[0], run[1] - r.x1) >= _RULE_MARGIN_HEIGHTS * h
+        ]
+        parts = _parts(box, cuts, h, min_part=1.0)
+        if len(parts) > 1:
+            found[i] = parts
+    return found
+
+
+def _blank_around(prof: _Profile, x0: int, x1: int) -> tuple[int, int] | None:
+    """The white run of the line's core that holds pixel columns x0..x1, in page pixels."""
+    a, b = x0 - prof.x0, x1 - prof.x0
+    if a < 0 or b > prof.ink.size or (prof.ink[a:b] > 0).any():
+        return None
+    while a > 0 and prof.ink[a - 1] == 0:
+        a -= 1
+    while b < prof.ink.size and prof.ink[b] == 0:
+        b += 1
+    return prof.x0 + a, prof.x0 + b
 
 
 def _pixels(line: Line, width: int, height: int) -> tuple[int, int, int, int]:
@@ -131,9 +188,7 @@ def _gutter_candidates(prof: _Profile, h: int) -> tuple[float, list[tuple[int, i
         return 0.0, []
     space = float(np.median(spaces))
     low = max(_WORD_SPACES * space, _MIN_GAP_HEIGHTS * h)
-    return low, [
-        (prof.x0 + a, prof.x0 + b) for a, b in runs if low < b - a <= _MAX_GAP_HEIGHTS * h
-    ]
+    return low, [(prof.x0 + a, prof.x0 + b) for a, b in runs if low < b - a <= _MAX_GAP_HEIGHTS * h]
 
 
 def _confirmed(
@@ -178,12 +233,18 @@ def _longest(blank: np.ndarray) -> int:
     return best
 
 
-def _parts(box: tuple[int, int, int, int], cuts: list[tuple[int, int]], h: int) -> list[Part]:
-    """The line's pieces between the cuts, each wide enough to be a column's line."""
+def _parts(
+    box: tuple[int, int, int, int],
+    cuts: list[tuple[int, int]],
+    h: int,
+    min_part: float = _MIN_PART_HEIGHTS,
+) -> list[Part]:
+    """The line's pieces between the cuts, each at least `min_part` line heights wide (by
+    default a column's line)."""
     parts: list[Part] = []
     start = box[0]
     for a, b in sorted(cuts):
-        if a - start >= _MIN_PART_HEIGHTS * h and box[2] - b >= _MIN_PART_HEIGHTS * h:
+        if a - start >= min_part * h and box[2] - b >= min_part * h:
             parts.append(Part(start, a))
             start = b
     parts.append(Part(start, box[2]))

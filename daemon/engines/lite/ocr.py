@@ -14,6 +14,7 @@ gone.
 from __future__ import annotations
 
 import importlib.metadata
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,11 @@ import numpy as np
 from PIL import Image
 
 from daemon.common.errors import EngineUnavailable
+from daemon.engines.lite.detection import DetectionPass, ScaledDetector
 from daemon.engines.lite.dropcaps import missed_drop_caps
-from daemon.engines.lite.gutters import split_at_gutters, trim_to_ink
-from daemon.engines.lite.lines import Line
+from daemon.engines.lite.gutters import split_at_gutters, split_at_rules, trim_to_ink
+from daemon.engines.lite.lines import Box, Line
+from daemon.engines.lite.rules import erase, find_rules
 
 # RapidOCR shrinks larger images before detection. 2000 (its default) loses small print on
 # A4 pages rendered at 200 dpi (1654x2339); 2400 keeps it at a modest CPU cost.
@@ -31,6 +34,15 @@ _OCR_MAX_SIDE = 2400
 # A line read with less confidence than this is read again turned 180 degrees: the turned
 # reading is kept when the recogniser is surer of it (see `_upside_down`).
 _RECHECK_BELOW = 0.9
+
+
+@dataclass(frozen=True)
+class OcrPage:
+    """What OCR read off a page: its text lines and its column rules (boxes normalised to
+    the page; rules go to reading order as gutters, see `rules`)."""
+
+    lines: list[Line]
+    rules: list[Box]
 
 
 class OcrReader:
@@ -82,14 +94,31 @@ class OcrReader:
                 build = getattr(self._ocr, hook, None)
                 if callable(build):
                     build()
+            # Pages whose print is too small at the detector's side are detected again at a
+            # larger one (`detection`). RapidOCR calls its detector through this attribute;
+            # where a release has none, pages are detected once as before.
+            if getattr(self._ocr, "text_det", None) is not None:
+                setattr(self._ocr, "text_det", ScaledDetector(self._ocr.text_det))  # noqa: B010
         except Exception as exc:
             raise EngineUnavailable(
                 f"RapidOCR failed to start: {exc}",
                 hint="pip install --force-reinstall rapidocr onnxruntime",
             ) from exc
 
+    @property
+    def detection_passes(self) -> list[DetectionPass]:
+        """The detector's passes over the last page `lines` read (one, unless its print was
+        too small at the first side)."""
+        det = getattr(self._ocr, "text_det", None)
+        return list(det.passes) if isinstance(det, ScaledDetector) else []
+
     def lines(self, image: Image.Image) -> list[Line]:
         """The text lines RapidOCR finds on `image`, boxes normalised to it."""
+        return self.read(image).lines
+
+    def read(self, image: Image.Image) -> OcrPage:
+        """The text lines RapidOCR finds on `image` and the column rules printed on it,
+        boxes normalised to it."""
         image = image if image.mode == "RGB" else image.convert("RGB")
         width, height = image.size
         # RapidOCR treats arrays as OpenCV BGR. Every step is named: RapidOCR keeps the
@@ -97,7 +126,7 @@ class OcrReader:
         bgr = np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
         result = self._ocr(bgr, use_det=True, use_cls=False, use_rec=True)
         if result is None or getattr(result, "txts", None) is None or result.boxes is None:
-            return []
+            return OcrPage(lines=[], rules=[])
         scores = list(getattr(result, "scores", None) or [1.0] * len(result.txts))
         lines: list[Line] = []
         for box, text, score in zip(result.boxes, result.txts, scores, strict=False):
@@ -158,21 +187,32 @@ class OcrReader:
                 )
         return out
 
-    def _split_bridges(self, lines: list[Line], bgr: np.ndarray) -> list[Line]:
+    def _split_bridges(self, lines: list[Line], bgr: np.ndarray) -> OcrPage:
         """`lines` with each box that bridges a gutter cut into its columns' lines, each
         part read again from its own crop, and every box's sides moved onto its ink
-        (`gutters`).
+        (`gutters`); and the page's column rules (`rules`).
 
         RapidOCR can give word boxes (`return_word_box`), but it computes them for every
         line of every page, and at a narrow gutter the recogniser's character positions
         are a guess; recognising the two crops costs only on the rare bridged line and
         reads each column's text exactly as any other line.
         """
-        gray = bgr.mean(axis=2)
-        splits = split_at_gutters(lines, gray)
+        page_gray = bgr.mean(axis=2)
+        height, width = page_gray.shape
+        rules = find_rules(page_gray)
+        # Rules are ink, but not the lines' ink: box sides are trimmed onto the print,
+        # gutters looked for and parts read with the rules painted out.
+        gray = erase(page_gray, rules)
+        if rules.mask is not None:
+            bgr = bgr.copy()
+            bgr[rules.mask] = 255
+        splits = split_at_rules(lines, rules.found, gray)
+        splits.update(
+            (i, parts) for i, parts in split_at_gutters(lines, gray).items() if i not in splits
+        )
+        found = [r.normalised(width, height) for r in rules.found]
         if not splits:
-            return self._with_missed_caps(trim_to_ink(lines, gray), bgr, gray)
-        height, width = gray.shape
+            return OcrPage(self._with_missed_caps(trim_to_ink(lines, gray), bgr, gray), found)
         crops: list[np.ndarray] = []
         boxes: list[tuple[int, tuple[float, float, float, float]]] = []
         for i, parts in splits.items():
@@ -191,7 +231,7 @@ class OcrReader:
         out: list[Line] = []
         for i, ln in enumerate(lines):
             out.extend(pieces.get(i, [ln]) if i in splits else [ln])
-        return self._with_missed_caps(trim_to_ink(out, gray), bgr, gray)
+        return OcrPage(self._with_missed_caps(trim_to_ink(out, gray), bgr, gray), found)
 
     def _with_missed_caps(self, lines: list[Line], bgr: np.ndarray, gray: np.ndarray) -> list[Line]:
         """`lines` and the drop caps the detector left unboxed, each read from its own crop

@@ -48,6 +48,8 @@ Box = tuple[float, float, float, float]
 # relative to a whole column of lines, which never all gap at the same x.
 _MIN_COLUMN_GAP = 0.008
 _BINS = 1000
+# A rule parts the columns of a node it runs down this share of (height).
+_RULE_SHARE = 0.6
 # A gutter may be crossed by at most this share of a node's elements (spanning titles,
 # figures, captions) and needs this many elements wholly on each side.
 _MAX_CROSSING_SHARE = 0.1
@@ -86,16 +88,19 @@ def read_page(
     *,
     rtl: bool = False,
     heading: Callable[[T], bool] | None = None,
+    rules: Sequence[Box] = (),
 ) -> Reading[T]:
     """`items` in reading order, and the columns the order found.
 
     `heading` tells titles and headlines: one that crosses a gutter, however narrow or
     tall, cuts the columns into bands (read before the columns below it, after those
     above), where a line of its size would go to a column or a picture be masked.
+    `rules` are column rules printed on the page (`rules`): a blank strip that holds one
+    parts columns however narrow it is.
     """
     boxes = [box_of(it) for it in items]
     heads = frozenset(i for i, it in enumerate(items) if heading is not None and heading(it))
-    order, columns = _cut(list(range(len(items))), boxes, rtl, heads)
+    order, columns = _cut(list(range(len(items))), boxes, rtl, heads, tuple(rules))
     return Reading(order=[items[i] for i in order], columns=columns)
 
 
@@ -105,32 +110,40 @@ def xy_cut(items: Sequence[T], box_of: Callable[[T], Box], *, rtl: bool = False)
 
 
 def _cut(
-    idx: list[int], boxes: Sequence[Box], rtl: bool, heads: frozenset[int] = frozenset()
+    idx: list[int],
+    boxes: Sequence[Box],
+    rtl: bool,
+    heads: frozenset[int] = frozenset(),
+    rules: tuple[Box, ...] = (),
 ) -> tuple[list[int], int]:
     """The node's reading order and its column count (see `Reading.columns`)."""
     if len(idx) <= 1:
         return idx, len(idx)
     foot = _foot_headings(idx, boxes, heads)
     if foot:
-        order, count = _cut([i for i in idx if i not in foot], boxes, rtl, heads)
+        order, count = _cut([i for i in idx if i not in foot], boxes, rtl, heads, rules)
         return order + foot, count
-    columns = _split_x(idx, boxes)
+    columns = _split_x(idx, boxes, rules)
     if columns is not None:
         if rtl:
             columns.reverse()
-        return _beside(columns, boxes, rtl, heads)
+        return _beside(columns, boxes, rtl, heads, rules)
     # A gutter that few elements cross, else one found row by row (it drifts).
-    gutter = _split_at_gutter(idx, boxes, heads) or _split_by_row_gutters(idx, boxes, heads)
+    gutter = (
+        _split_at_rule(idx, boxes, rules)
+        or _split_at_gutter(idx, boxes, heads, rules)
+        or _split_by_row_gutters(idx, boxes, heads)
+    )
     if gutter is not None:
         if not gutter.columns:
-            return _stacked(gutter.parts, boxes, rtl, heads)
+            return _stacked(gutter.parts, boxes, rtl, heads, rules)
         parts = gutter.parts[::-1] if rtl else gutter.parts
-        order, count = _beside(parts, boxes, rtl, heads)
+        order, count = _beside(parts, boxes, rtl, heads, rules)
         # Masked elements (pictures the columns run around) go back by position.
         return _reinsert(order, gutter.masked, boxes), count
     rows = _split_y(idx, boxes)
     if rows is not None:
-        return _stacked(rows, boxes, rtl, heads)
+        return _stacked(rows, boxes, rtl, heads, rules)
     return _by_rows(idx, boxes, rtl), 1
 
 
@@ -160,21 +173,29 @@ def _under_two(i: int, others: Sequence[int], boxes: Sequence[Box]) -> bool:
 
 
 def _beside(
-    parts: list[list[int]], boxes: Sequence[Box], rtl: bool, heads: frozenset[int]
+    parts: list[list[int]],
+    boxes: Sequence[Box],
+    rtl: bool,
+    heads: frozenset[int],
+    rules: tuple[Box, ...] = (),
 ) -> tuple[list[int], int]:
     """Parts side by side, read one after the other; their columns add up."""
-    done = [_cut(part, boxes, rtl, heads) for part in parts]
+    done = [_cut(part, boxes, rtl, heads, rules) for part in parts]
     count = sum(n for part, (_, n) in zip(parts, done, strict=True) if len(part) >= _MIN_PER_SIDE)
     return [i for order, _ in done for i in order], max(count, 1)
 
 
 def _stacked(
-    parts: list[list[int]], boxes: Sequence[Box], rtl: bool, heads: frozenset[int]
+    parts: list[list[int]],
+    boxes: Sequence[Box],
+    rtl: bool,
+    heads: frozenset[int],
+    rules: tuple[Box, ...] = (),
 ) -> tuple[list[int], int]:
     """Parts one above the other, read top to bottom; the columns of the part with the most
     print count (by the area of its boxes: a table's many small cells are less text than a
     few paragraphs' long lines)."""
-    done = [_cut(part, boxes, rtl, heads) for part in parts]
+    done = [_cut(part, boxes, rtl, heads, rules) for part in parts]
     largest = max(range(len(parts)), key=lambda k: _area(parts[k], boxes))
     return [i for order, _ in done for i in order], done[largest][1]
 
@@ -213,12 +234,15 @@ def _gaps(free: np.ndarray) -> list[tuple[int, int]]:
     return runs
 
 
-def _split_x(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] | None:
+def _split_x(
+    idx: list[int], boxes: Sequence[Box], rules: tuple[Box, ...] = ()
+) -> list[list[int]] | None:
     cover, lo, span = _coverage(idx, boxes, 0)
+    ruled = _rule_xs(idx, boxes, rules)
     cuts = [
         lo + (a + b) / 2 / _BINS * span
         for a, b in _gaps(cover == 0)
-        if a > 0 and b < _BINS and (b - a) / _BINS * span >= _MIN_COLUMN_GAP
+        if a > 0 and b < _BINS and _is_gutter(a, b, lo, span, ruled)
     ]
     if not cuts:
         return None
@@ -234,6 +258,31 @@ def _split_x(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] | None:
         if len(part) < 2 and extent < 0.5 * height:
             return None
     return parts
+
+
+def _tall_rules(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]) -> list[Box]:
+    """The rules that run down most of the node (a short rule beside one story says
+    nothing about the node's other rows)."""
+    if not rules:
+        return []
+    top = min(boxes[i][1] for i in idx)
+    bottom = max(boxes[i][3] for i in idx)
+    tall = _RULE_SHARE * (bottom - top)
+    return [r for r in rules if min(bottom, r[3]) - max(top, r[1]) >= tall]
+
+
+def _rule_xs(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]) -> list[float]:
+    """The x of each rule that runs down most of the node."""
+    return [(r[0] + r[2]) / 2 for r in _tall_rules(idx, boxes, rules)]
+
+
+def _is_gutter(a: int, b: int, lo: float, span: float, ruled: Sequence[float]) -> bool:
+    """Whether the blank strip of bins [a, b) parts columns: wide enough, or holding a rule
+    (a newspaper's gutters are narrower than `_MIN_COLUMN_GAP`, its rules say where)."""
+    if (b - a) / _BINS * span >= _MIN_COLUMN_GAP:
+        return True
+    x0, x1 = lo + a / _BINS * span, lo + b / _BINS * span
+    return any(x0 <= x <= x1 for x in ruled)
 
 
 def _split_y(idx: list[int], boxes: Sequence[Box]) -> list[list[int]] | None:
@@ -268,8 +317,49 @@ class _Gutter(NamedTuple):
     columns: bool  # parts side by side (True) or one above the other
 
 
+def _split_at_rule(
+    idx: list[int], boxes: Sequence[Box], rules: tuple[Box, ...]
+) -> _Gutter | None:
+    """Parts of the node on either side of a column rule that runs down most of it.
+
+    A rule is where the printer ended a column, so what crosses its x decides by where it
+    stands: above or below the rule (a masthead, a headline over the columns it spans) it
+    cuts the node into bands; level with the rule it can only be a line the OCR joined
+    across the gutter (one or two: more means the "rule" is no column edge), read with
+    the column it starts in. The rule crossed by the fewest elements is taken first.
+    """
+    if len(idx) < 2 * _MIN_PER_SIDE + 1:
+        return None
+    best: _Gutter | None = None
+    fewest = len(idx)
+    for rule in _tall_rules(idx, boxes, rules):
+        x = (rule[0] + rule[2]) / 2
+        crossing = [i for i in idx if boxes[i][0] < x < boxes[i][2]]
+        if len(crossing) >= fewest:
+            continue
+        level = [i for i in crossing if rule[1] <= (boxes[i][1] + boxes[i][3]) / 2 <= rule[3]]
+        if len(level) > _MAX_BRIDGES:
+            continue
+        outside = [i for i in crossing if i not in level]
+        if outside:
+            bands = _bands(idx, outside, boxes)
+            if bands is None:
+                continue
+            best, fewest = _Gutter(bands, [], columns=False), len(crossing)
+            continue
+        left = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 < x]
+        right = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 >= x]
+        if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
+            continue
+        best, fewest = _Gutter([left, right], [], columns=True), len(crossing)
+    return best
+
+
 def _split_at_gutter(
-    idx: list[int], boxes: Sequence[Box], heads: frozenset[int] = frozenset()
+    idx: list[int],
+    boxes: Sequence[Box],
+    heads: frozenset[int] = frozenset(),
+    rules: tuple[Box, ...] = (),
 ) -> _Gutter | None:
     """Parts of the node on either side of a gutter that a few elements cross.
 
@@ -288,7 +378,7 @@ def _split_at_gutter(
     for a, b in _gaps(cover[zone_lo:zone_hi] <= allowed):
         if best is None or b - a > best[1] - best[0]:
             best = (a + zone_lo, b + zone_lo)
-    if best is None or (best[1] - best[0]) / _BINS * span < _MIN_COLUMN_GAP:
+    if best is None or not _is_gutter(best[0], best[1], lo, span, _rule_xs(idx, boxes, rules)):
         return None
     # The gutter is where the fewest elements cross, within the strip: a ragged column
     # edge makes the strip lopsided, and its middle may cut the column's longest lines.
