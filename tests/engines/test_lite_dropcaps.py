@@ -16,7 +16,7 @@ import pytest
 from daemon.document.page import no_progress
 from daemon.engines.lite.compose import compose_page
 from daemon.engines.lite.dropcaps import missed_drop_caps
-from daemon.engines.lite.lines import Line
+from daemon.engines.lite.lines import Box, Line
 from daemon.engines.lite.ocr import OcrReader
 from tests.engines.test_lite_magazine import DECLARATION, FONT_PX, SIZE
 from tests.magazine import Article, SetPage, typeset
@@ -89,3 +89,42 @@ def test_a_cap_the_layout_detector_boxes_as_a_picture_is_no_picture() -> None:
                         page_aspect=h / w)
     assert "image" not in [b.type for b in laid.blocks]
     assert laid.blocks[1].text.startswith("When in the Course of human events, it becomes")
+
+
+def _column_around_a_cap(beside: int, height: int) -> tuple[list[Line], np.ndarray, Box]:
+    """A column of 12 lines on a 1000 x 600 page, its first `beside` lines starting
+    right of a dark glyph four lines tall; boxes `height` px tall at a 24 px pitch (OCR's
+    boxes of one column overlap when they are taller than the pitch)."""
+    w, h = 1000, 600
+    page = np.full((h, w), 255.0)
+    glyph = (105, 100, 145, 100 + 4 * 24 - 4)
+    page[glyph[1] : glyph[3], glyph[0] : glyph[2]] = 0.0
+    lines = [
+        Line(
+            f"line {i} of the column",
+            (
+                (150 if i < beside else 100) / w,
+                (100 + 24 * i) / h,
+                600 / w,
+                (100 + 24 * i + height) / h,
+            ),
+            float(height),
+        )
+        for i in range(12)
+    ]
+    return lines, page, (glyph[0] / w, glyph[1] / h, glyph[2] / w, glyph[3] / h)
+
+
+def test_a_cap_beside_five_lines_is_found() -> None:
+    # A four-line cap whose fifth line is indented too ("W" of a 1931 magazine page).
+    lines, page, glyph = _column_around_a_cap(beside=5, height=20)
+    (box,) = missed_drop_caps(lines, page)
+    assert box == pytest.approx(glyph, abs=1e-3)
+
+
+def test_a_cap_is_found_when_the_line_below_overlaps_the_hole() -> None:
+    # Boxes 28 px tall at a 24 px pitch: the line below the cap reaches 4 px into the
+    # hole, which is not a cap the detector boxed.
+    lines, page, glyph = _column_around_a_cap(beside=4, height=28)
+    (box,) = missed_drop_caps(lines, page)
+    assert box == pytest.approx(glyph, abs=1e-3)

@@ -22,8 +22,9 @@ from daemon.engines.lite.lines import Box, Line
 _MIN_HOLE_LINES = 1.2
 # Lines beside one cap start within this many line heights of each other.
 _SAME_START = 0.4
-# A cap stands beside this many lines.
-_BESIDE = (2, 4)
+# A cap stands beside this many lines (a four-line cap may indent a fifth line too: the
+# "W" of a 1931 magazine page does).
+_BESIDE = (2, 5)
 # Its ink is at least this many line heights tall (as `paragraphs._DROP_CAP_LINES`).
 _CAP_LINES = 1.8
 
@@ -49,7 +50,10 @@ def missed_drop_caps(lines: Sequence[Line], gray: np.ndarray) -> list[Box]:
         if below is None or not _BESIDE[0] <= len(beside) <= _BESIDE[1]:
             continue
         seen.update(beside)
-        hole = (px[below][0], px[first][1], px[first][0], px[beside[-1]][3])
+        # The hole ends where the line below starts: loose boxes of one column overlap
+        # by a few pixels, and the line below is no cap.
+        bottom = min(px[beside[-1]][3], px[below][1])
+        hole = (px[below][0], px[first][1], px[first][0], bottom)
         if hole[2] - hole[0] < _MIN_HOLE_LINES * typical or _occupied(hole, px):
             continue
         ink = _ink_box(gray, hole)

@@ -13,12 +13,14 @@ cells of a row level with each other, columns lined up. So:
 
 A region that does not come out as at least two rows and two columns is not a grid: the
 engine keeps its text as lines. A region that holds running prose is no table at all
-(`reads_as_prose`): its lines go back to the page's text.
+(`reads_as_prose`: a column of dialogue, or a magazine's columns of justified text side by
+side): its lines go back to the page's text, which `reading_order` reads column by column.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -62,21 +64,80 @@ def reads_as_prose(cells: Sequence[Cell]) -> bool:
     over each reply) or text with ruled lines reads to the detector as a table; built as
     a grid it comes out as rows of mostly empty cells. A table has cells side by side in
     most rows, figures, or short labels; prose has one line per row, words, and most of
-    its text in lines of several words.
+    its text in lines of several words. The body of a magazine page set in columns reads
+    to the detector as a table too, with every row three cells wide: that is prose when
+    each column is a stack of lines of the column's width, broken with hyphens
+    (`_columns_of_prose`).
     """
     cells = [c for c in cells if c.text.strip()]
-    if len(cells) < 4:
+    if len(cells) < 4 or not _words(cells):
         return False
     rows = grid_rows(cells)
     side_by_side = sum(1 for row in rows if len(row) > 1)
-    if side_by_side > _PROSE_MAX_SIDE_BY_SIDE * len(rows):
-        return False
+    return side_by_side <= _PROSE_MAX_SIDE_BY_SIDE * len(rows) or _columns_of_prose(cells)
+
+
+def _words(cells: Sequence[Cell]) -> bool:
+    """Mostly letters, and most of it in lines of several words."""
     printed = "".join("".join(c.text.split()) for c in cells)
     letters = sum(ch.isalpha() for ch in printed)
     if letters < _PROSE_MIN_LETTERS * len(printed):
         return False
     in_sentences = sum(len(c.text) for c in cells if len(c.text.split()) >= _PROSE_WORDS)
     return in_sentences >= _PROSE_MIN_SENTENCE_SHARE * sum(len(c.text) for c in cells)
+
+
+# Columns of prose: each column holds at least this many lines...
+_COLUMN_MIN_LINES = 6
+# ... this share of them as wide as the column (justified lines; a paragraph's last line,
+# an indented first line and the lines beside a drop cap are the rest) ...
+_COLUMN_MIN_FULL = 0.6
+_FULL_WIDTH = 0.9
+# ... at least this share of all lines end in a word broken with a hyphen ("poli-") ...
+_COLUMN_MIN_HYPHENATED = 0.05
+# ... and at most this share of the printed characters are figures (a table's are many).
+_COLUMN_MAX_DIGITS = 0.02
+_HYPHENATED = re.compile(r"[^\W\d_]-$")
+
+
+def _columns_of_prose(cells: Sequence[Cell]) -> bool:
+    """Whether the cells are columns of running text set side by side.
+
+    Justified lines all fill their column, so in each column most boxes share the
+    column's width; a table's cells are as wide as their text. Running text breaks words
+    at line ends and carries almost no figures; a table of words (a glossary, a list of
+    names) breaks none.
+    """
+    printed = "".join("".join(c.text.split()) for c in cells)
+    if sum(ch.isdigit() for ch in printed) > _COLUMN_MAX_DIGITS * len(printed):
+        return False
+    hyphenated = sum(1 for c in cells if _HYPHENATED.search(c.text.strip()))
+    if hyphenated < _COLUMN_MIN_HYPHENATED * len(cells):
+        return False
+    stacks = _stacks(cells)
+    if len(stacks) < 2:
+        return False
+    for stack in stacks:
+        if len(stack) < _COLUMN_MIN_LINES:
+            return False
+        width = max(c.bbox[2] for c in stack) - min(c.bbox[0] for c in stack)
+        full = sum(1 for c in stack if c.bbox[2] - c.bbox[0] >= _FULL_WIDTH * width)
+        if full < _COLUMN_MIN_FULL * len(stack):
+            return False
+    return True
+
+
+def _stacks(cells: Sequence[Cell]) -> list[list[Cell]]:
+    """The cells grouped by the x-range they share (boxes that overlap horizontally are
+    one stack), left to right."""
+    stacks: list[tuple[float, float, list[Cell]]] = []
+    for cell in sorted(cells, key=lambda c: c.bbox[0]):
+        if stacks and cell.bbox[0] < stacks[-1][1]:
+            x0, x1, members = stacks[-1]
+            stacks[-1] = (x0, max(x1, cell.bbox[2]), [*members, cell])
+        else:
+            stacks.append((cell.bbox[0], cell.bbox[2], [cell]))
+    return [members for _, _, members in stacks]
 
 
 def _columns(rows: Sequence[Sequence[Cell]]) -> list[tuple[float, float]]:
