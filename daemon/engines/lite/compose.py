@@ -44,7 +44,7 @@ from daemon.engines.lite.paragraphs import (
     paragraph_block,
     starts_paragraph,
 )
-from daemon.engines.lite.reading_order import is_rtl, read_page
+from daemon.engines.lite.reading_order import is_rtl, read_page, read_rows
 from daemon.engines.lite.tables import Cell, grid_html, reads_as_prose
 
 # Left/right share of the page where sideways margin notes (arXiv's stamp) stand.
@@ -315,13 +315,16 @@ def _claim(
 def _group_block(group: _Group, body: float, source: str) -> Block | None:
     if group.kind == IMAGE:
         return Block(type=IMAGE, bbox=group.bbox, source=source)
-    rows = _rows(sorted(group.lines, key=lambda ln: (ln.bbox[1], ln.bbox[0])))
     if group.kind == TABLE:
         # The grid comes from the OCR boxes (`tables`); the text keeps one row per line,
         # cells split by " | ", for search and for a region that is no grid.
+        rows = _rows(sorted(group.lines, key=lambda ln: (ln.bbox[1], ln.bbox[0])))
         text = "\n".join(" | ".join(ln.text for ln in row) for row in _row_groups(rows))
         table = grid_html([Cell(text=ln.text, bbox=ln.bbox) for ln in group.lines])
         return Block(type=TABLE, bbox=group.bbox, text=text, html=table, source=source)
+    # A title's or caption's lines one under the other, even where a scan's loose boxes
+    # make a centred or indented line look level with the next (`read_rows`).
+    rows = read_rows(group.lines, lambda ln: ln.bbox)
     text = join_text(rows)
     if not text:
         return None

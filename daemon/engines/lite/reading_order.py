@@ -109,6 +109,13 @@ def xy_cut(items: Sequence[T], box_of: Callable[[T], Box], *, rtl: bool = False)
     return read_page(items, box_of, rtl=rtl).order
 
 
+def read_rows(items: Sequence[T], box_of: Callable[[T], Box], *, rtl: bool = False) -> list[T]:
+    """`items` read by rows, top to bottom, with no columns looked for: the lines of a
+    title or caption region, which the layout model already boxed as one element."""
+    boxes = [box_of(it) for it in items]
+    return [items[i] for i in _by_rows(list(range(len(items))), boxes, rtl)]
+
+
 def _cut(
     idx: list[int],
     boxes: Sequence[Box],
@@ -605,26 +612,42 @@ def _reinsert(ordered: list[int], masked: list[int], boxes: Sequence[Box]) -> li
 
 
 def _by_rows(idx: list[int], boxes: Sequence[Box], rtl: bool) -> list[int]:
-    """Top to bottom; elements whose middles share a row left to right (RTL: right to left)."""
-    ordered = sorted(idx, key=lambda i: (boxes[i][1], boxes[i][0]))
+    """Top to bottom; elements whose middles share a row left to right (RTL: right to left).
+
+    A row is the topmost element left and the elements level with it (middles within half
+    a line) that stand beside every other element of the row. One that stands under a
+    row's element (most of the narrower's width shared) is the next line of a column, not
+    a row neighbour: OCR boxes of a scan are loose and tall, so a column's lines can be
+    level by this measure, and read left to right a paragraph's indented first line would
+    come after the line below it.
+    """
+    todo = sorted(idx, key=lambda i: (boxes[i][1], boxes[i][0]))
     out: list[int] = []
-    row: list[int] = []
-
-    def flush() -> None:
+    while todo:
+        first = boxes[todo[0]]
+        row = [todo[0]]
+        later: list[int] = []
+        for n, i in enumerate(todo[1:], start=1):
+            b = boxes[i]
+            if b[1] > first[3]:  # its top below the first's foot: no middle can be level
+                later.extend(todo[n:])
+                break
+            h = min(first[3] - first[1], b[3] - b[1])
+            level = abs(b[1] + b[3] - first[1] - first[3]) / 2 <= 0.5 * max(h, 1e-9)
+            if level and not any(_stacked_pair(boxes[j], b) for j in row):
+                row.append(i)
+            else:
+                later.append(i)
         out.extend(sorted(row, key=lambda i: boxes[i][0], reverse=rtl))
-        row.clear()
-
-    for i in ordered:
-        if row:
-            first = boxes[row[0]]
-            h = min(first[3] - first[1], boxes[i][3] - boxes[i][1])
-            cy_first = (first[1] + first[3]) / 2
-            cy = (boxes[i][1] + boxes[i][3]) / 2
-            if abs(cy - cy_first) > 0.5 * max(h, 1e-9):
-                flush()
-        row.append(i)
-    flush()
+        todo = later
     return out
+
+
+def _stacked_pair(a: Box, b: Box) -> bool:
+    """Whether two boxes share most of the narrower one's width: one above the other in a
+    column, never neighbours in a row (pieces of one OCR line touch or barely overlap)."""
+    shared = min(a[2], b[2]) - max(a[0], b[0])
+    return shared > 0.5 * min(a[2] - a[0], b[2] - b[0])
 
 
 def is_rtl(texts: Sequence[str]) -> bool:
