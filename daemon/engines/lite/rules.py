@@ -35,6 +35,8 @@ _SIDE = 2
 _VALLEY = 0.05
 _REACH = 5
 _SMOOTH = 41
+# Rules are looked for on every this many rows of the page.
+_ROW_STEP = 4
 # The strips beside a rule hold at most this share of ink.
 _SIDE_INK = 0.04
 # Sideways widening, in pixels of the grey image, that keeps a rule on a scan turned by
@@ -77,8 +79,10 @@ def find_rules(gray: np.ndarray) -> Rules:
     # the JPEG and breaks in the print even out, and a letter's stem, a line tall, fades)
     # it is darker than the paper a few pixels to its left AND to its right. A column's
     # edge of print is dark on one side only; text is dark all over.
-    paper = float(np.median(page))
-    dark = float(np.percentile(page, 1))
+    # Paper and print levels from every third pixel each way: as good, ten times cheaper.
+    sample = page[::3, ::3]
+    paper = float(np.median(sample))
+    dark = float(np.percentile(sample, 1))
     if paper - dark < 40:  # a blank or flat page: no print to tell a rule from
         return Rules(found=[], mask=None)
     avg = cv2.blur(page, (1, _SMOOTH))
@@ -91,41 +95,51 @@ def find_rules(gray: np.ndarray) -> Rules:
     valley = np.minimum(left, right) - avg
     ink = (valley > _VALLEY * (paper - dark)).astype(np.uint8)
     # Widened sideways so a leaning rule stays one run, then opened with a tall, thin
-    # kernel: only vertical runs of at least `length` survive.
-    widened = cv2.dilate(ink, np.ones((1, 2 * _LEAN + 1), np.uint8))
-    tall = cv2.morphologyEx(widened, cv2.MORPH_OPEN, np.ones((length, 1), np.uint8))
+    # kernel: only vertical runs of at least `length` survive. Rules are vertical, so
+    # every `_ROW_STEP`th row tells as much as all of them at a quarter of the cost.
+    widened = cv2.dilate(ink[::_ROW_STEP], np.ones((1, 2 * _LEAN + 1), np.uint8))
+    tall = cv2.morphologyEx(
+        widened, cv2.MORPH_OPEN, np.ones((max(length // _ROW_STEP, 1), 1), np.uint8)
+    )
     count, labels, stats, _ = cv2.connectedComponentsWithStats(tall, connectivity=8)
-    # Print, pixel by pixel: darker than halfway from the paper to the darkest print.
-    dim = (page < (paper + dark) / 2).astype(np.uint8)
     found: list[Rule] = []
     keep: list[int] = []
     widest = max(int(_MAX_WIDTH * width), 2 * _LEAN + 3)
     for k in range(1, count):
         x, y, w, h = (int(v) for v in stats[k, :4])
+        y, h = y * _ROW_STEP, min(h * _ROW_STEP, height - y * _ROW_STEP)
         # A rule on a turned scan leans: its box is wider by the lean over its height.
         if h < length or w > widest + int(0.009 * h):
             continue
         rule = Rule(x0=x, y0=y, x1=x + w, y1=y + h)
-        if _in_paper(dim, rule):
+        # Print, pixel by pixel: darker than halfway from the paper to the darkest print.
+        if _in_paper(page, (paper + dark) / 2, rule):
             found.append(rule)
             keep.append(k)
     if not found:
         return Rules(found=[], mask=None)
-    return Rules(found=found, mask=np.isin(labels, keep))
+    mask = np.zeros((height, width), dtype=bool)
+    for rule, k in zip(found, keep, strict=True):
+        rows = slice(rule.y0 // _ROW_STEP, -(-rule.y1 // _ROW_STEP))
+        mine = np.repeat(labels[rows, rule.x0 : rule.x1] == k, _ROW_STEP, axis=0)
+        top = rows.start * _ROW_STEP
+        bottom = min(top + mine.shape[0], height)
+        mask[top:bottom, rule.x0 : rule.x1] |= mine[: bottom - top]
+    return Rules(found=found, mask=mask)
 
 
-def _in_paper(dim: np.ndarray, rule: Rule) -> bool:
+def _in_paper(page: np.ndarray, print_below: float, rule: Rule) -> bool:
     """Whether the strips just left and right of `rule` are paper: a column rule stands in
     a gutter, clear of the print on either side. A dark stroke in a photograph or a
     drawing has more of its kind beside it; a fold or a shadow down the middle of a
     typescript has the lines it crosses."""
-    width = dim.shape[1]
+    width = page.shape[1]
     side = _SIDE
     strips = [
-        dim[rule.y0 : rule.y1, max(rule.x0 - side, 0) : rule.x0],
-        dim[rule.y0 : rule.y1, rule.x1 : min(rule.x1 + side, width)],
+        page[rule.y0 : rule.y1, max(rule.x0 - side, 0) : rule.x0],
+        page[rule.y0 : rule.y1, rule.x1 : min(rule.x1 + side, width)],
     ]
-    return all(s.size == 0 or float(s.mean()) <= _SIDE_INK for s in strips)
+    return all(s.size == 0 or float((s < print_below).mean()) <= _SIDE_INK for s in strips)
 
 
 def erase(gray: np.ndarray, rules: Rules) -> np.ndarray:
