@@ -19,7 +19,7 @@ from daemon.engines.lite.gutters import split_at_rules
 from daemon.engines.lite.lines import Line, union
 from daemon.engines.lite.ocr import OcrReader
 from daemon.engines.lite.reading_order import read_page
-from daemon.engines.lite.rules import Rule, erase, find_rules
+from daemon.engines.lite.rules import Rule, Rules, erase, find_rules
 from tests.engines.test_lite_magazine import DECLARATION
 from tests.magazine import Article, SetPage, typeset
 
@@ -147,7 +147,7 @@ def test_a_line_bridging_a_rule_is_cut_there() -> None:
         key=lambda ln: abs(ln.cy - a.cy),
     )
     merged = Line(f"{a.text} {b.text}", union([a.bbox, b.bbox]), FONT_PX)
-    found = split_at_rules([merged, a, b], rules.found, clean)
+    found = split_at_rules([merged, a, b], rules, clean)
     assert list(found) == [0]
     left, right = found[0]
     assert left.x1 <= x <= right.x0
@@ -166,17 +166,17 @@ def test_print_touching_a_rule_is_not_cut() -> None:
     rules = find_rules(gray)
     assert len(rules.found) == 1
     title = Line("PARALLELISME", (290 / 1200, 95 / 900, 910 / 1200, 135 / 900), 30.0)
-    assert split_at_rules([title], rules.found, erase(gray, rules)) == {}
+    assert split_at_rules([title], rules, erase(gray, rules)) == {}
 
 
 def test_a_rule_beside_short_print_only_is_not_cut_into() -> None:
     # The detector pads its box a little over a rule beside the line's end: no print lies
     # beyond it, so there is nothing to cut off.
-    rule = Rule(x0=500, y0=0, x1=502, y1=900)
+    rule = Rule(x0=500, y0=0, x1=502, y1=900, top_x=501.0, bottom_x=501.0)
     gray = np.full((900, 1200), 255.0)
     gray[100:130, 200:490] = 0
     line = Line("short", (190 / 1200, 95 / 900, 510 / 1200, 135 / 900), 30.0)
-    assert split_at_rules([line], [rule], gray) == {}
+    assert split_at_rules([line], Rules(found=[rule], mask=None), gray) == {}
 
 
 @pytest.fixture(scope="module")

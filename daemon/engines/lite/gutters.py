@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from daemon.engines.lite.lines import Line
-from daemon.engines.lite.rules import Rule
+from daemon.engines.lite.rules import Rule, Rules
 
 # The rows of a line box whose ink decides: the middle, clear of neighbours' ascenders.
 _CORE = (0.2, 0.8)
@@ -79,9 +79,7 @@ def split_at_gutters(lines: Sequence[Line], gray: np.ndarray) -> dict[int, list[
     return found
 
 
-def split_at_rules(
-    lines: Sequence[Line], rules: Sequence[Rule], gray: np.ndarray
-) -> dict[int, list[Part]]:
+def split_at_rules(lines: Sequence[Line], rules: Rules, gray: np.ndarray) -> dict[int, list[Part]]:
     """For each line whose box runs across a column rule (`rules`), its parts left to right.
 
     `gray` is the page with its rules painted out. A rule is the printer's own column
@@ -89,7 +87,8 @@ def split_at_rules(
     gutter's: blank for a share of the line height on both sides of the rule. A title
     set across a paste-up's edge (which reads as a rule too) has its letters up to the
     edge. "Print on both sides" is a line height of box beyond the rule each way: the
-    detector's padding alone reaches over a rule by less.
+    detector's padding alone reaches over a rule by less. A rule on a turned scan leans,
+    so where it stands is read level with each line, from its pixels.
     """
     height, width = gray.shape[:2]
     found: dict[int, list[Part]] = {}
@@ -97,28 +96,40 @@ def split_at_rules(
         box = _pixels(ln, width, height)
         h = box[3] - box[1]
         across = [
-            r
-            for r in rules
-            if box[0] + h <= r.x0
-            and r.x1 <= box[2] - h
-            and min(box[3], r.y1) - max(box[1], r.y0) >= 0.5 * h
+            at
+            for r in rules.found
+            if min(box[3], r.y1) - max(box[1], r.y0) >= 0.5 * h
+            and (at := _rule_at(rules, r, box[1], box[3])) is not None
+            and box[0] + h <= at[0]
+            and at[1] <= box[2] - h
         ]
         prof = _profile(gray, box) if across else None
         if prof is None:
             continue
         cuts = [
             run
-            for r in across
-            if (run := _blank_around(prof, r.x0, r.x1)) is not None
+            for x0, x1 in across
+            if (run := _blank_around(prof, x0, x1)) is not None
             and run[1] - run[0] >= _MIN_GAP_HEIGHTS * h
             # Paper on both sides of the rule itself: a letter that touches the rule (a
             # title typed across a paste-up's edge) leaves none on its side.
-            and min(r.x0 - run[0], run[1] - r.x1) >= _RULE_MARGIN_HEIGHTS * h
+            and min(x0 - run[0], run[1] - x1) >= _RULE_MARGIN_HEIGHTS * h
         ]
         parts = _parts(box, cuts, h, min_part=1.0)
         if len(parts) > 1:
             found[i] = parts
     return found
+
+
+def _rule_at(rules: Rules, rule: Rule, top: int, bottom: int) -> tuple[int, int] | None:
+    """The pixel columns rule `rule` takes between rows top and bottom."""
+    if rules.mask is None:
+        return rule.x0, rule.x1
+    sub = rules.mask[max(top, rule.y0) : min(bottom, rule.y1), rule.x0 : rule.x1]
+    cols = np.flatnonzero(sub.any(axis=0))
+    if cols.size == 0:
+        return None
+    return rule.x0 + int(cols[0]), rule.x0 + int(cols[-1]) + 1
 
 
 def _blank_around(prof: _Profile, x0: int, x1: int) -> tuple[int, int] | None:

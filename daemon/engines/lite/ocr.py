@@ -26,7 +26,7 @@ from daemon.engines.lite.detection import DetectionPass, ScaledDetector
 from daemon.engines.lite.dropcaps import missed_drop_caps
 from daemon.engines.lite.gutters import split_at_gutters, split_at_rules, trim_to_ink
 from daemon.engines.lite.lines import Box, Line
-from daemon.engines.lite.rules import erase, find_rules
+from daemon.engines.lite.rules import erase, find_rules, joined
 
 # RapidOCR shrinks larger images before detection. 2000 (its default) loses small print on
 # A4 pages rendered at 200 dpi (1654x2339); 2400 keeps it at a modest CPU cost.
@@ -206,11 +206,11 @@ class OcrReader:
         if rules.mask is not None:
             bgr = bgr.copy()
             bgr[rules.mask] = 255
-        splits = split_at_rules(lines, rules.found, gray)
+        splits = split_at_rules(lines, rules, gray)
         splits.update(
             (i, parts) for i, parts in split_at_gutters(lines, gray).items() if i not in splits
         )
-        found = [r.normalised(width, height) for r in rules.found]
+        found = [r.normalised(width, height) for r in joined(rules.found, height)]
         if not splits:
             return OcrPage(self._with_missed_caps(trim_to_ink(lines, gray), bgr, gray), found)
         crops: list[np.ndarray] = []

@@ -278,9 +278,17 @@ def _tall_rules(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]
     return [r for r in rules if min(bottom, r[3]) - max(top, r[1]) >= tall]
 
 
+def _rule_x(rule: Box, y: float) -> float:
+    """Where a rule, given as (x at its top, top, x at its bottom, bottom), stands at y
+    (a rule on a turned scan leans)."""
+    share = (min(max(y, rule[1]), rule[3]) - rule[1]) / max(rule[3] - rule[1], 1e-9)
+    return rule[0] + (rule[2] - rule[0]) * share
+
+
 def _rule_xs(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]) -> list[float]:
-    """The x of each rule that runs down most of the node."""
-    return [(r[0] + r[2]) / 2 for r in _tall_rules(idx, boxes, rules)]
+    """Where each rule that runs down most of the node stands, half way down the node."""
+    middle = (min(boxes[i][1] for i in idx) + max(boxes[i][3] for i in idx)) / 2
+    return [_rule_x(r, middle) for r in _tall_rules(idx, boxes, rules)]
 
 
 def _is_gutter(a: int, b: int, lo: float, span: float, ruled: Sequence[float]) -> bool:
@@ -340,8 +348,11 @@ def _split_at_rule(
     best: _Gutter | None = None
     fewest = len(idx)
     for rule in _tall_rules(idx, boxes, rules):
-        x = (rule[0] + rule[2]) / 2
-        crossing = [i for i in idx if boxes[i][0] < x < boxes[i][2]]
+
+        def at(i: int, rule: Box = rule) -> float:
+            return _rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2)
+
+        crossing = [i for i in idx if boxes[i][0] < at(i) < boxes[i][2]]
         if len(crossing) >= fewest:
             continue
         level = [i for i in crossing if rule[1] <= (boxes[i][1] + boxes[i][3]) / 2 <= rule[3]]
@@ -354,8 +365,8 @@ def _split_at_rule(
                 continue
             best, fewest = _Gutter(bands, [], columns=False), len(crossing)
             continue
-        left = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 < x]
-        right = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 >= x]
+        left = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 < at(i)]
+        right = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 >= at(i)]
         if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
             continue
         best, fewest = _Gutter([left, right], [], columns=True), len(crossing)

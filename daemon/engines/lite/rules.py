@@ -27,6 +27,10 @@ import numpy as np
 _MIN_LENGTH = 0.15
 # ... and at most this share of its width wide (after the sideways widening).
 _MAX_WIDTH = 0.006
+# A rule's pixels are darker than the paper by this share of the paper-to-print range on
+# at least `_UNBROKEN` of the rows it spans.
+_RULE_DARKNESS = 0.12
+_UNBROKEN = 0.85
 # The strips this wide just beside a rule's footprint are paper (a gutter's own width is
 # a few points, so they are narrow).
 _SIDE = 2
@@ -35,10 +39,14 @@ _SIDE = 2
 _VALLEY = 0.05
 _REACH = 5
 _SMOOTH = 41
+# The sideways drift per pixel down of a rule on a scan turned by up to half a degree.
+_LEAN_SLOPE = 0.009
+# Pieces of a rule this share of the page's height apart or closer are one rule.
+_JOIN_GAP = 0.01
 # Rules are looked for on every this many rows of the page.
 _ROW_STEP = 4
 # The strips beside a rule hold at most this share of ink.
-_SIDE_INK = 0.04
+_SIDE_INK = 0.08
 # Sideways widening, in pixels of the grey image, that keeps a rule on a scan turned by
 # up to ~0.5 degrees in one piece over `_MIN_LENGTH` of a 3,000 px page.
 _LEAN = 3
@@ -46,15 +54,21 @@ _LEAN = 3
 
 @dataclass(frozen=True)
 class Rule:
-    """A vertical rule, in page pixels (x0, y0, x1, y1: x1 and y1 exclusive)."""
+    """A vertical rule, in page pixels: its box (x0, y0, x1, y1: x1 and y1 exclusive) and
+    where its middle stands at the top and at the bottom (a rule on a turned scan leans:
+    its box is wider than the rule by the lean)."""
 
     x0: int
     y0: int
     x1: int
     y1: int
+    top_x: float
+    bottom_x: float
 
     def normalised(self, width: int, height: int) -> tuple[float, float, float, float]:
-        return (self.x0 / width, self.y0 / height, self.x1 / width, self.y1 / height)
+        """The rule as reading order takes it: (x at the top, top, x at the bottom,
+        bottom), normalised to the page."""
+        return (self.top_x / width, self.y0 / height, self.bottom_x / width, self.y1 / height)
 
 
 @dataclass(frozen=True)
@@ -103,29 +117,55 @@ def find_rules(gray: np.ndarray) -> Rules:
     )
     count, labels, stats, _ = cv2.connectedComponentsWithStats(tall, connectivity=8)
     found: list[Rule] = []
-    keep: list[int] = []
     widest = max(int(_MAX_WIDTH * width), 2 * _LEAN + 3)
     for k in range(1, count):
         x, y, w, h = (int(v) for v in stats[k, :4])
-        y, h = y * _ROW_STEP, min(h * _ROW_STEP, height - y * _ROW_STEP)
         # A rule on a turned scan leans: its box is wider by the lean over its height.
-        if h < length or w > widest + int(0.009 * h):
+        if h * _ROW_STEP < length or w > widest + int(_LEAN_SLOPE * h * _ROW_STEP):
             continue
-        rule = Rule(x0=x, y0=y, x1=x + w, y1=y + h)
+        rows, cols = np.nonzero(labels[y : y + h, x : x + w] == k)
+        # The rule's middle line, fitted to its pixels (sampled rows, so back to the page).
+        slope, at0 = np.polyfit((rows + y) * _ROW_STEP, cols + x, 1)
+        top, bottom = y * _ROW_STEP, min((y + h) * _ROW_STEP, height)
+        rule = Rule(
+            x0=x,
+            y0=top,
+            x1=x + w,
+            y1=bottom,
+            top_x=float(at0 + slope * top),
+            bottom_x=float(at0 + slope * bottom),
+        )
         # Print, pixel by pixel: darker than halfway from the paper to the darkest print.
-        if _in_paper(page, (paper + dark) / 2, rule):
+        if _in_paper(page, (paper + dark) / 2, rule) and _unbroken(page, paper, dark, rule):
             found.append(rule)
-            keep.append(k)
     if not found:
         return Rules(found=[], mask=None)
-    mask = np.zeros((height, width), dtype=bool)
-    for rule, k in zip(found, keep, strict=True):
-        rows = slice(rule.y0 // _ROW_STEP, -(-rule.y1 // _ROW_STEP))
-        mine = np.repeat(labels[rows, rule.x0 : rule.x1] == k, _ROW_STEP, axis=0)
-        top = rows.start * _ROW_STEP
-        bottom = min(top + mine.shape[0], height)
-        mask[top:bottom, rule.x0 : rule.x1] |= mine[: bottom - top]
-    return Rules(found=found, mask=mask)
+    return Rules(found=found, mask=_pixels_of(found, ink, height, width))
+
+
+def _pixels_of(rules: list[Rule], ink: np.ndarray, height: int, width: int) -> np.ndarray:
+    """The pixels the rules are printed in: the valley's pixels near each rule's middle
+    line, row by row (the box of a leaning rule also holds the gutter beside it), and
+    one more pixel each side for the rule's soft edges."""
+    import cv2
+
+    mask = np.zeros((height, width), dtype=np.uint8)
+    reach = _LEAN + 2
+    for r in rules:
+        x0, x1 = max(r.x0 - reach, 0), min(r.x1 + reach, width)
+        ys = np.arange(r.y0, r.y1)
+        centre = r.top_x + (r.bottom_x - r.top_x) * (ys - r.y0) / max(r.y1 - r.y0, 1)
+        near = np.abs(np.arange(x0, x1)[None, :] - centre[:, None]) <= reach
+        mask[r.y0 : r.y1, x0:x1] |= (near & (ink[r.y0 : r.y1, x0:x1] > 0)).astype(np.uint8)
+    return cv2.dilate(mask, np.ones((1, 3), np.uint8)) > 0
+
+
+def _unbroken(page: np.ndarray, paper: float, dark: float, rule: Rule) -> bool:
+    """Whether the rule is printed on nearly every row it spans. The left edge of flush-left
+    print is a valley too, averaged down the page (the stems of every line's first letter
+    line up), but it breaks between the lines, where a rule runs on."""
+    darkest = page[rule.y0 : rule.y1, rule.x0 : rule.x1].min(axis=1)
+    return float((paper - darkest > _RULE_DARKNESS * (paper - dark)).mean()) >= _UNBROKEN
 
 
 def _in_paper(page: np.ndarray, print_below: float, rule: Rule) -> bool:
@@ -140,6 +180,35 @@ def _in_paper(page: np.ndarray, print_below: float, rule: Rule) -> bool:
         page[rule.y0 : rule.y1, rule.x1 : min(rule.x1 + side, width)],
     ]
     return all(s.size == 0 or float((s < print_below).mean()) <= _SIDE_INK for s in strips)
+
+
+def joined(rules: list[Rule], height: int) -> list[Rule]:
+    """`rules` with the pieces of one rule made one: a rule that fades for a few lines or
+    breaks where the scan's paper was creased is found as pieces one above the other, and
+    reading order asks whether a rule runs down most of a column band. Pieces join when
+    their x ranges touch (a leaning rule shifts a little) and the gap between them is
+    under `_JOIN_GAP` of the page; a headline across the columns leaves a wider one.
+    """
+    out: list[Rule] = []
+    for r in sorted(rules, key=lambda r: r.y0):
+        for k, o in enumerate(out):
+            # A rule on a scan turned half a degree drifts ~1 px sideways per 110 down.
+            drift = _LEAN + int(_LEAN_SLOPE * (r.y1 - o.y0))
+            touching = r.x0 <= o.x1 + drift and o.x0 <= r.x1 + drift
+            if touching and r.y0 - o.y1 <= _JOIN_GAP * height:
+                upper, lower = (o, r) if o.y0 <= r.y0 else (r, o)
+                out[k] = Rule(
+                    x0=min(o.x0, r.x0),
+                    y0=upper.y0,
+                    x1=max(o.x1, r.x1),
+                    y1=max(o.y1, r.y1),
+                    top_x=upper.top_x,
+                    bottom_x=lower.bottom_x if lower.y1 >= upper.y1 else upper.bottom_x,
+                )
+                break
+        else:
+            out.append(r)
+    return out
 
 
 def erase(gray: np.ndarray, rules: Rules) -> np.ndarray:
