@@ -352,7 +352,14 @@ def _split_at_rule(
         def at(i: int, rule: Box = rule) -> float:
             return _rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2)
 
-        crossing = [i for i in idx if boxes[i][0] < at(i) < boxes[i][2]]
+        # A box that reaches past the rule by less than a narrow gutter is a column's
+        # line beside it: the fitted rule is straight, the printed one bends where the
+        # paper was folded, and a bridged line reaches a whole column across.
+        crossing = [
+            i
+            for i in idx
+            if boxes[i][0] + _MIN_COLUMN_GAP < at(i) < boxes[i][2] - _MIN_COLUMN_GAP
+        ]
         if len(crossing) >= fewest:
             continue
         level = [i for i in crossing if rule[1] <= (boxes[i][1] + boxes[i][3]) / 2 <= rule[3]]
