@@ -237,3 +237,23 @@ def test_a_rule_bent_at_a_fold_still_parts_its_columns() -> None:
     rule = (0.480, 0.05, 0.488, 0.95)  # at the foot 0.006 inside the right column
     assert _read_in_columns(read_page(lines, lambda ln: ln.bbox, rules=[rule]).order)
 
+
+def test_a_rule_hidden_for_a_stretch_is_one_rule_where_its_gutter_runs_on() -> None:
+    # A fold hides the rule over the middle of the page: two pieces, neither running
+    # down most of the columns, yet the gutter between them is blank.
+    lines = _two_ruled_columns(30, (0.478, 0.482))
+    pieces = [(0.480, 0.05, 0.480, 0.4), (0.481, 0.6, 0.481, 0.95)]
+    assert _read_in_columns(read_page(lines, lambda ln: ln.bbox, rules=pieces).order)
+
+
+def test_a_headline_across_a_rules_break_keeps_the_pieces_apart() -> None:
+    # Two stories: a headline across both columns where the rule breaks. The columns
+    # above it are read before it, those below after it.
+    lines = _two_ruled_columns(30, (0.478, 0.482), skip=(0.45, 0.55))
+    headline = Line("HEADLINE", (0.15, 0.47, 0.8, 0.53), 40.0)
+    pieces = [(0.480, 0.05, 0.480, 0.45), (0.480, 0.55, 0.480, 0.95)]
+    order = read_page([*lines, headline], lambda ln: ln.bbox, rules=pieces).order
+    at = order.index(headline)
+    assert all(ln.cy < headline.cy for ln in order[:at])
+    assert all(ln.cy > headline.cy for ln in order[at + 1 :])
+    assert _read_in_columns(order[:at]) and _read_in_columns(order[at + 1 :])

@@ -50,6 +50,9 @@ _MIN_COLUMN_GAP = 0.008
 _BINS = 1000
 # A rule parts the columns of a node it runs down this share of (height).
 _RULE_SHARE = 0.6
+# Pieces of one rule broken by a fold stand at most this far apart sideways (a column is
+# ten times as wide).
+_RULE_DRIFT = 2 * _MIN_COLUMN_GAP
 # A gutter may be crossed by at most this share of a node's elements (spanning titles,
 # figures, captions) and needs this many elements wholly on each side.
 _MAX_CROSSING_SHARE = 0.1
@@ -100,7 +103,8 @@ def read_page(
     """
     boxes = [box_of(it) for it in items]
     heads = frozenset(i for i, it in enumerate(items) if heading is not None and heading(it))
-    order, columns = _cut(list(range(len(items))), boxes, rtl, heads, tuple(rules))
+    joined = _across_blanks(rules, boxes)
+    order, columns = _cut(list(range(len(items))), boxes, rtl, heads, joined)
     return Reading(order=[items[i] for i in order], columns=columns)
 
 
@@ -265,6 +269,50 @@ def _split_x(
         if len(part) < 2 and extent < 0.5 * height:
             return None
     return parts
+
+
+def _across_blanks(rules: Sequence[Box], boxes: Sequence[Box]) -> tuple[Box, ...]:
+    """`rules` with pieces of one column rule joined across a stretch where it is not
+    printed but its gutter runs on: a rule fades, or a fold or a tear hides it, for a
+    few inches, and the column beside it is no less parted there. Two pieces one above
+    the other are one rule when the lower starts within `_RULE_DRIFT` of where the upper
+    ends, text stands on both sides of the stretch between them, and no element crosses
+    it (a headline or a picture across the columns ends the rule above it).
+    """
+    out = sorted(rules, key=lambda r: r[1])
+    joined = True
+    while joined:
+        joined = False
+        for a, b in ((a, b) for a in out for b in out if b[1] >= a[3]):
+            if abs(b[0] - a[2]) > _RULE_DRIFT or not _blank_between(a, b, boxes):
+                continue
+            out.remove(a)
+            out.remove(b)
+            out.append((a[0], a[1], b[2], b[3]))
+            out.sort(key=lambda r: r[1])
+            joined = True
+            break
+    return tuple(out)
+
+
+def _blank_between(upper: Box, lower: Box, boxes: Sequence[Box]) -> bool:
+    """Whether the straight line from the foot of `upper` to the head of `lower` runs
+    through a gutter: elements level with it on both sides and none across it (a box
+    that reaches over it by less than a narrow gutter is a column's line beside it)."""
+    top, bottom = upper[3], lower[1]
+    gap: Box = (upper[2], top, lower[0], bottom)
+    left = right = False
+    for b in boxes:
+        middle = (b[1] + b[3]) / 2
+        if b[3] <= top or b[1] >= bottom:
+            continue
+        x = _rule_x(gap, middle)
+        if b[0] + _MIN_COLUMN_GAP < x < b[2] - _MIN_COLUMN_GAP:
+            return False
+        if top <= middle <= bottom:
+            left = left or b[2] <= x + _MIN_COLUMN_GAP
+            right = right or b[0] >= x - _MIN_COLUMN_GAP
+    return left and right
 
 
 def _tall_rules(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]) -> list[Box]:
