@@ -257,3 +257,20 @@ def test_a_headline_across_a_rules_break_keeps_the_pieces_apart() -> None:
     assert all(ln.cy < headline.cy for ln in order[:at])
     assert all(ln.cy > headline.cy for ln in order[at + 1 :])
     assert _read_in_columns(order[:at]) and _read_in_columns(order[at + 1 :])
+
+
+def test_a_running_head_the_rules_reach_up_to_is_read_before_the_columns() -> None:
+    # The rules' valleys, averaged down the page, reach a little way up into the running
+    # head over the columns: level with two rules it is no line the OCR joined across
+    # one gutter, and it heads all three columns.
+    lines: list[Line] = []
+    for k in range(20):
+        y0 = 0.15 + 0.04 * k
+        for c, (x0, x1) in enumerate(((0.05, 0.328), (0.332, 0.658), (0.662, 0.95))):
+            lines.append(Line(f"col{c} {k}", (x0, y0, x1, y0 + 0.025), 20.0))
+    head = Line("THE REGISTER AND LEADER", (0.2, 0.08, 0.8, 0.12), 24.0)
+    rules = [(0.33, 0.095, 0.33, 0.97), (0.66, 0.095, 0.66, 0.97)]
+    order = read_page([*lines, head], lambda ln: ln.bbox, rules=rules).order
+    assert order[0] is head
+    columns = [ln.text.split()[0] for ln in order[1:]]
+    assert columns == sorted(columns)

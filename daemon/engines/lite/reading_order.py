@@ -387,30 +387,37 @@ def _split_at_rule(
 
     A rule is where the printer ended a column, so what crosses its x decides by where it
     stands: above or below the rule (a masthead, a headline over the columns it spans) it
-    cuts the node into bands; level with the rule it can only be a line the OCR joined
-    across the gutter (one or two: more means the "rule" is no column edge), read with
-    the column it starts in. The rule crossed by the fewest elements is taken first.
+    cuts the node into bands, and so does one across two rules; level with the rule and
+    across it alone it can only be a line the OCR joined across the gutter (one or two:
+    more means the "rule" is no column edge), read with the column it starts in. The rule
+    crossed by the fewest elements is taken first.
     """
     if len(idx) < 2 * _MIN_PER_SIDE + 1:
         return None
     best: _Gutter | None = None
     fewest = len(idx)
-    for rule in _tall_rules(idx, boxes, rules):
+    tall = _tall_rules(idx, boxes, rules)
 
-        def at(i: int, rule: Box = rule) -> float:
-            return _rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2)
-
+    def crosses(i: int, rule: Box) -> bool:
         # A box that reaches past the rule by less than a narrow gutter is a column's
         # line beside it: the fitted rule is straight, the printed one bends where the
         # paper was folded, and a bridged line reaches a whole column across.
-        crossing = [
-            i
-            for i in idx
-            if boxes[i][0] + _MIN_COLUMN_GAP < at(i) < boxes[i][2] - _MIN_COLUMN_GAP
-        ]
+        at = _rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2)
+        return boxes[i][0] + _MIN_COLUMN_GAP < at < boxes[i][2] - _MIN_COLUMN_GAP
+
+    for rule in tall:
+        crossing = [i for i in idx if crosses(i, rule)]
         if len(crossing) >= fewest:
             continue
-        level = [i for i in crossing if rule[1] <= (boxes[i][1] + boxes[i][3]) / 2 <= rule[3]]
+        # The OCR joins the lines of two columns, never of three: an element across two
+        # rules (a running head the rules reach up to) spans the columns, like one
+        # above or below the rule.
+        level = [
+            i
+            for i in crossing
+            if rule[1] <= (boxes[i][1] + boxes[i][3]) / 2 <= rule[3]
+            and sum(crosses(i, r) for r in tall) == 1
+        ]
         if len(level) > _MAX_BRIDGES:
             continue
         outside = [i for i in crossing if i not in level]
@@ -420,8 +427,9 @@ def _split_at_rule(
                 continue
             best, fewest = _Gutter(bands, [], columns=False), len(crossing)
             continue
-        left = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 < at(i)]
-        right = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 >= at(i)]
+        middle = {i: _rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2) for i in idx}
+        left = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 < middle[i]]
+        right = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 >= middle[i]]
         if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:
             continue
         best, fewest = _Gutter([left, right], [], columns=True), len(crossing)
