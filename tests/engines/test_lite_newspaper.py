@@ -206,3 +206,71 @@ def test_a_page_of_ordinary_print_is_detected_once(reader: OcrReader) -> None:
     read = reader.read(page.image)
     assert [p.side for p in reader.detection_passes] == [960]
     assert read.lines and read.rules == []
+
+
+def _two_ruled_columns(
+    rows: int, gutter: tuple[float, float], skip: tuple[float, float] = (1.0, 1.0)
+) -> list[Line]:
+    """Two columns of body lines either side of a gutter narrower than a blank-strip
+    gutter, `rows` lines each, none whose middle falls in `skip` (a stretch of y)."""
+    lines: list[Line] = []
+    for k in range(rows):
+        y0 = 0.05 + 0.9 * k / rows
+        y1 = y0 + 0.6 * 0.9 / rows
+        if skip[0] <= (y0 + y1) / 2 <= skip[1]:
+            continue
+        lines.append(Line(f"left {k}", (0.1, y0, gutter[0], y1), 20.0))
+        lines.append(Line(f"right {k}", (gutter[1], y0, 0.86, y1), 20.0))
+    return lines
+
+
+def _read_in_columns(order: list[Line]) -> bool:
+    sides = [ln.text.split()[0] for ln in order if ln.text.split()[0] in ("left", "right")]
+    return sides == sorted(sides)  # every "left" line before every "right" one
+
+
+def test_a_rule_bent_at_a_fold_still_parts_its_columns() -> None:
+    # Joined pieces of a rule are fitted with one straight line; where the paper was
+    # folded the printed rule stands a few pixels off it, inside the right column's
+    # lines' boxes. Reaching past the rule by so little is no bridged line.
+    lines = _two_ruled_columns(30, (0.478, 0.482))
+    rule = (0.480, 0.05, 0.488, 0.95)  # at the foot 0.006 inside the right column
+    assert _read_in_columns(read_page(lines, lambda ln: ln.bbox, rules=[rule]).order)
+
+
+def test_a_rule_hidden_for_a_stretch_is_one_rule_where_its_gutter_runs_on() -> None:
+    # A fold hides the rule over the middle of the page: two pieces, neither running
+    # down most of the columns, yet the gutter between them is blank.
+    lines = _two_ruled_columns(30, (0.478, 0.482))
+    pieces = [(0.480, 0.05, 0.480, 0.4), (0.481, 0.6, 0.481, 0.95)]
+    assert _read_in_columns(read_page(lines, lambda ln: ln.bbox, rules=pieces).order)
+
+
+def test_a_headline_across_a_rules_break_keeps_the_pieces_apart() -> None:
+    # Two stories: a headline across both columns where the rule breaks. The columns
+    # above it are read before it, those below after it.
+    lines = _two_ruled_columns(30, (0.478, 0.482), skip=(0.45, 0.55))
+    headline = Line("HEADLINE", (0.15, 0.47, 0.8, 0.53), 40.0)
+    pieces = [(0.480, 0.05, 0.480, 0.45), (0.480, 0.55, 0.480, 0.95)]
+    order = read_page([*lines, headline], lambda ln: ln.bbox, rules=pieces).order
+    at = order.index(headline)
+    assert all(ln.cy < headline.cy for ln in order[:at])
+    assert all(ln.cy > headline.cy for ln in order[at + 1 :])
+    assert _read_in_columns(order[:at]) and _read_in_columns(order[at + 1 :])
+
+
+def test_a_running_head_the_rules_reach_up_to_is_read_before_the_columns() -> None:
+    # The rules' valleys, averaged down the page, reach a little way up into the running
+    # head over the columns: level with two rules it is no line the OCR joined across
+    # one gutter, and it heads all three columns.
+    lines: list[Line] = []
+    for k in range(20):
+        y0 = 0.15 + 0.04 * k
+        for c, (x0, x1) in enumerate(((0.05, 0.328), (0.332, 0.658), (0.662, 0.95))):
+            lines.append(Line(f"col{c} {k}", (x0, y0, x1, y0 + 0.025), 20.0))
+    head = Line("THE REGISTER AND LEADER", (0.2, 0.08, 0.8, 0.12), 24.0)
+    rules = [(0.33, 0.095, 0.33, 0.97), (0.66, 0.095, 0.66, 0.97)]
+    order = read_page([*lines, head], lambda ln: ln.bbox, rules=rules).order
+    assert order[0] is head
+    columns = [ln.text.split()[0] for ln in order[1:]]
+    assert columns == sorted(columns)
