@@ -40,6 +40,8 @@ from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 
+from daemon.engines.lite.rules import across_blanks, rule_x, tall_rules
+
 T = TypeVar("T")
 Box = tuple[float, float, float, float]
 
@@ -48,11 +50,6 @@ Box = tuple[float, float, float, float]
 # relative to a whole column of lines, which never all gap at the same x.
 _MIN_COLUMN_GAP = 0.008
 _BINS = 1000
-# A rule parts the columns of a node it runs down this share of (height).
-_RULE_SHARE = 0.6
-# Pieces of one rule broken by a fold stand at most this far apart sideways (a column is
-# ten times as wide).
-_RULE_DRIFT = 2 * _MIN_COLUMN_GAP
 # A gutter may be crossed by at most this share of a node's elements (spanning titles,
 # figures, captions) and needs this many elements wholly on each side.
 _MAX_CROSSING_SHARE = 0.1
@@ -103,7 +100,7 @@ def read_page(
     """
     boxes = [box_of(it) for it in items]
     heads = frozenset(i for i, it in enumerate(items) if heading is not None and heading(it))
-    joined = _across_blanks(rules, boxes)
+    joined = across_blanks(rules, boxes, _MIN_COLUMN_GAP)
     order, columns = _cut(list(range(len(items))), boxes, rtl, heads, joined)
     return Reading(order=[items[i] for i in order], columns=columns)
 
@@ -271,72 +268,10 @@ def _split_x(
     return parts
 
 
-def _across_blanks(rules: Sequence[Box], boxes: Sequence[Box]) -> tuple[Box, ...]:
-    """`rules` with pieces of one column rule joined across a stretch where it is not
-    printed but its gutter runs on: a rule fades, or a fold or a tear hides it, for a
-    few inches, and the column beside it is no less parted there. Two pieces one above
-    the other are one rule when the lower starts within `_RULE_DRIFT` of where the upper
-    ends, text stands on both sides of the stretch between them, and no element crosses
-    it (a headline or a picture across the columns ends the rule above it).
-    """
-    out = sorted(rules, key=lambda r: r[1])
-    joined = True
-    while joined:
-        joined = False
-        for a, b in ((a, b) for a in out for b in out if b[1] >= a[3]):
-            if abs(b[0] - a[2]) > _RULE_DRIFT or not _blank_between(a, b, boxes):
-                continue
-            out.remove(a)
-            out.remove(b)
-            out.append((a[0], a[1], b[2], b[3]))
-            out.sort(key=lambda r: r[1])
-            joined = True
-            break
-    return tuple(out)
-
-
-def _blank_between(upper: Box, lower: Box, boxes: Sequence[Box]) -> bool:
-    """Whether the straight line from the foot of `upper` to the head of `lower` runs
-    through a gutter: elements level with it on both sides and none across it (a box
-    that reaches over it by less than a narrow gutter is a column's line beside it)."""
-    top, bottom = upper[3], lower[1]
-    gap: Box = (upper[2], top, lower[0], bottom)
-    left = right = False
-    for b in boxes:
-        middle = (b[1] + b[3]) / 2
-        if b[3] <= top or b[1] >= bottom:
-            continue
-        x = _rule_x(gap, middle)
-        if b[0] + _MIN_COLUMN_GAP < x < b[2] - _MIN_COLUMN_GAP:
-            return False
-        if top <= middle <= bottom:
-            left = left or b[2] <= x + _MIN_COLUMN_GAP
-            right = right or b[0] >= x - _MIN_COLUMN_GAP
-    return left and right
-
-
-def _tall_rules(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]) -> list[Box]:
-    """The rules that run down most of the node (a short rule beside one story says
-    nothing about the node's other rows)."""
-    if not rules:
-        return []
-    top = min(boxes[i][1] for i in idx)
-    bottom = max(boxes[i][3] for i in idx)
-    tall = _RULE_SHARE * (bottom - top)
-    return [r for r in rules if min(bottom, r[3]) - max(top, r[1]) >= tall]
-
-
-def _rule_x(rule: Box, y: float) -> float:
-    """Where a rule, given as (x at its top, top, x at its bottom, bottom), stands at y
-    (a rule on a turned scan leans)."""
-    share = (min(max(y, rule[1]), rule[3]) - rule[1]) / max(rule[3] - rule[1], 1e-9)
-    return rule[0] + (rule[2] - rule[0]) * share
-
-
 def _rule_xs(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]) -> list[float]:
     """Where each rule that runs down most of the node stands, half way down the node."""
     middle = (min(boxes[i][1] for i in idx) + max(boxes[i][3] for i in idx)) / 2
-    return [_rule_x(r, middle) for r in _tall_rules(idx, boxes, rules)]
+    return [rule_x(r, middle) for r in tall_rules(idx, boxes, rules)]
 
 
 def _is_gutter(a: int, b: int, lo: float, span: float, ruled: Sequence[float]) -> bool:
@@ -396,13 +331,13 @@ def _split_at_rule(
         return None
     best: _Gutter | None = None
     fewest = len(idx)
-    tall = _tall_rules(idx, boxes, rules)
+    tall = tall_rules(idx, boxes, rules)
 
     def crosses(i: int, rule: Box) -> bool:
         # A box that reaches past the rule by less than a narrow gutter is a column's
         # line beside it: the fitted rule is straight, the printed one bends where the
         # paper was folded, and a bridged line reaches a whole column across.
-        at = _rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2)
+        at = rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2)
         return boxes[i][0] + _MIN_COLUMN_GAP < at < boxes[i][2] - _MIN_COLUMN_GAP
 
     for rule in tall:
@@ -427,7 +362,7 @@ def _split_at_rule(
                 continue
             best, fewest = _Gutter(bands, [], columns=False), len(crossing)
             continue
-        middle = {i: _rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2) for i in idx}
+        middle = {i: rule_x(rule, (boxes[i][1] + boxes[i][3]) / 2) for i in idx}
         left = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 < middle[i]]
         right = [i for i in idx if (boxes[i][0] + boxes[i][2]) / 2 >= middle[i]]
         if len(left) < _MIN_PER_SIDE or len(right) < _MIN_PER_SIDE:

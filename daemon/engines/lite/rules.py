@@ -14,14 +14,21 @@ column ends, so it is found and used as such:
 - `erase`: the page with its rules painted white, for the steps that look at a line's ink
   (trimming box sides, finding bridged gutters).
 - the rules themselves go to reading order, where a blank strip holding a rule is a
-  gutter however narrow.
+  gutter however narrow. There a rule is a line on the page, normalised as (x at its
+  top, top, x at its bottom, bottom): `rule_x` (where it stands at a height),
+  `tall_rules` (those that run down most of a node), `across_blanks` (pieces joined
+  across a stretch where only the gutter runs on, which needs the page's elements:
+  `joined` below joins pieces by their pixels alone).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from daemon.engines.lite.lines import Box
 
 # A rule is at least this share of the page's height long...
 _MIN_LENGTH = 0.15
@@ -43,6 +50,8 @@ _SMOOTH = 41
 _LEAN_SLOPE = 0.009
 # Pieces of a rule this share of the page's height apart or closer are one rule.
 _JOIN_GAP = 0.01
+# A rule parts the columns of a node (reading order) it runs down this share of.
+_RULE_SHARE = 0.6
 # Rules are looked for on every this many rows of the page.
 _ROW_STEP = 4
 # The strips beside a rule hold at most this share of ink.
@@ -218,3 +227,70 @@ def erase(gray: np.ndarray, rules: Rules) -> np.ndarray:
     out = gray.copy()
     out[rules.mask] = 255
     return out
+
+
+# ---- rules as reading order takes them: lines on the page, normalised -----------------
+
+
+def rule_x(rule: Box, y: float) -> float:
+    """Where a rule, given as (x at its top, top, x at its bottom, bottom), stands at y
+    (a rule on a turned scan leans)."""
+    share = (min(max(y, rule[1]), rule[3]) - rule[1]) / max(rule[3] - rule[1], 1e-9)
+    return rule[0] + (rule[2] - rule[0]) * share
+
+
+def tall_rules(idx: Sequence[int], boxes: Sequence[Box], rules: tuple[Box, ...]) -> list[Box]:
+    """The rules that run down most of the node made of elements `idx` (a short rule
+    beside one story says nothing about the node's other rows)."""
+    if not rules:
+        return []
+    top = min(boxes[i][1] for i in idx)
+    bottom = max(boxes[i][3] for i in idx)
+    tall = _RULE_SHARE * (bottom - top)
+    return [r for r in rules if min(bottom, r[3]) - max(top, r[1]) >= tall]
+
+
+def across_blanks(rules: Sequence[Box], boxes: Sequence[Box], gap: float) -> tuple[Box, ...]:
+    """`rules` with pieces of one column rule joined across a stretch where it is not
+    printed but its gutter runs on: a rule fades, or a fold or a tear hides it, for a
+    few inches, and the column beside it is no less parted there. Two pieces one above
+    the other are one rule when the lower starts within two narrow gutters (`gap`, the
+    page's narrowest column gap; a column is ten times as wide) of where the upper ends,
+    text stands on both sides of the stretch between them, and no element crosses it (a
+    headline or a picture across the columns ends the rule above it).
+    """
+    out = sorted(rules, key=lambda r: r[1])
+    joined = True
+    while joined:
+        joined = False
+        for a, b in ((a, b) for a in out for b in out if b[1] >= a[3]):
+            if abs(b[0] - a[2]) > 2 * gap or not _blank_between(a, b, boxes, gap):
+                continue
+            out.remove(a)
+            out.remove(b)
+            out.append((a[0], a[1], b[2], b[3]))
+            out.sort(key=lambda r: r[1])
+            joined = True
+            break
+    return tuple(out)
+
+
+def _blank_between(upper: Box, lower: Box, boxes: Sequence[Box], gap: float) -> bool:
+    """Whether the straight line from the foot of `upper` to the head of `lower` runs
+    through a gutter: elements level with it on both sides and none across it (a box
+    that reaches over it by less than a narrow gutter, `gap`, is a column's line beside
+    it)."""
+    top, bottom = upper[3], lower[1]
+    stretch: Box = (upper[2], top, lower[0], bottom)
+    left = right = False
+    for b in boxes:
+        middle = (b[1] + b[3]) / 2
+        if b[3] <= top or b[1] >= bottom:
+            continue
+        x = rule_x(stretch, middle)
+        if b[0] + gap < x < b[2] - gap:
+            return False
+        if top <= middle <= bottom:
+            left = left or b[2] <= x + gap
+            right = right or b[0] >= x - gap
+    return left and right
