@@ -190,7 +190,7 @@ def test_a_broadsheet_is_detected_again_at_a_larger_side(reader: OcrReader) -> N
     # detector first sees the page at 960 px (a real page's 5,203 px: ~4 px).
     page = newspaper(size=(4800, 1400), font_px=18)
     read = reader.read(page.image)
-    passes = reader.detection_passes
+    passes = read.passes
     assert [p.side for p in passes][:2] == [960, 1920], passes
     assert passes[0].unboxed > 0.2 and passes[-1].unboxed <= 0.2
     body = [ln for ln in page.lines if ln.role == "body"]
@@ -204,7 +204,7 @@ def test_a_page_of_ordinary_print_is_detected_once(reader: OcrReader) -> None:
         [Article("Declaration of Independence", DECLARATION, 2, 1.0, None, drop_cap=False)]
     )
     read = reader.read(page.image)
-    assert [p.side for p in reader.detection_passes] == [960]
+    assert [p.side for p in read.passes] == [960]
     assert read.lines and read.rules == []
 
 

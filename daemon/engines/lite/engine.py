@@ -173,10 +173,9 @@ class LiteEngine:
             }
             if self._layout is not None:
                 regions = self._layout.detect(image)
-            passes = self._ocr.detection_passes if self._ocr is not None else []
-            if len(passes) > 1:
+            if len(read.passes) > 1:
                 # The print was too small for one detection pass: say at which sides.
-                info["detection_sides"] = [p.side for p in passes]
+                info["detection_sides"] = [p.side for p in read.passes]
             if rules:
                 info["column_rules"] = len(rules)
             source = SOURCE_OCR

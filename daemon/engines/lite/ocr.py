@@ -14,7 +14,7 @@ gone.
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ class OcrPage:
 
     lines: list[Line]
     rules: list[Box]
+    # The detector's passes over the page: one, unless its print was too small at the
+    # first side (`detection`).
+    passes: list[DetectionPass] = field(default_factory=list)
 
 
 class OcrReader:
@@ -105,10 +108,8 @@ class OcrReader:
                 hint="pip install --force-reinstall rapidocr onnxruntime",
             ) from exc
 
-    @property
-    def detection_passes(self) -> list[DetectionPass]:
-        """The detector's passes over the last page `lines` read (one, unless its print was
-        too small at the first side)."""
+    def _detection_passes(self) -> list[DetectionPass]:
+        """The detector's passes over the page RapidOCR last read."""
         det = getattr(self._ocr, "text_det", None)
         return list(det.passes) if isinstance(det, ScaledDetector) else []
 
@@ -125,8 +126,9 @@ class OcrReader:
         # last call's choices as its new defaults. No line classifier (`_upside_down`).
         bgr = np.ascontiguousarray(np.asarray(image)[:, :, ::-1])
         result = self._ocr(bgr, use_det=True, use_cls=False, use_rec=True)
+        passes = self._detection_passes()
         if result is None or getattr(result, "txts", None) is None or result.boxes is None:
-            return OcrPage(lines=[], rules=[])
+            return OcrPage(lines=[], rules=[], passes=passes)
         scores = list(getattr(result, "scores", None) or [1.0] * len(result.txts))
         lines: list[Line] = []
         for box, text, score in zip(result.boxes, result.txts, scores, strict=False):
@@ -150,7 +152,7 @@ class OcrReader:
                     confidence=float(score),
                 )
             )
-        return self._split_bridges(self._upside_down(lines, bgr), bgr)
+        return replace(self._split_bridges(self._upside_down(lines, bgr), bgr), passes=passes)
 
     def _upside_down(self, lines: list[Line], bgr: np.ndarray) -> list[Line]:
         """`lines` with each unsure line that reads better turned 180 degrees read so.
