@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from rapidocr.ch_ppocr_det.main import TextDetector
+    from rapidocr.ch_ppocr_det.utils import TextDetOutput
 
 # Share of the map's text pixels outside every box above which the page is detected again
 # at a larger side. Pages read well sit at <= 0.01, the newspaper pages at 0.55 and 0.98.
@@ -52,12 +56,14 @@ class ScaledDetector:
     gets exactly the boxes it got before.
     """
 
-    def __init__(self, detector: Any) -> None:
+    def __init__(self, detector: TextDetector) -> None:
         self._det = detector
+        if detector.limit_side_len is None:  # ocr.py always sets it (Det.limit_side_len)
+            raise ValueError("RapidOCR's text detector has no side limit")
         self.base_side = int(detector.limit_side_len)
         self.passes: list[DetectionPass] = []  # the last call's passes, for the page's info
 
-    def __call__(self, img: np.ndarray) -> Any:
+    def __call__(self, img: np.ndarray) -> TextDetOutput:
         from rapidocr.ch_ppocr_det.utils import TextDetOutput
 
         start = time.perf_counter()
@@ -102,7 +108,9 @@ class ScaledDetector:
         return np.asarray(boxes), list(scores), _unboxed(preds[0, 0], boxes, img.shape[:2], det)
 
 
-def _unboxed(prob: np.ndarray, boxes: np.ndarray, shape: tuple[int, ...], det: Any) -> float:
+def _unboxed(
+    prob: np.ndarray, boxes: np.ndarray, shape: tuple[int, ...], det: TextDetector
+) -> float:
     """Share of the map's text pixels that no box takes in, boxes scaled to the map."""
     text = prob > float(getattr(det.postprocess_op, "thresh", 0.3))
     total = int(text.sum())

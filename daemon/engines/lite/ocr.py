@@ -100,8 +100,9 @@ class OcrReader:
             # Pages whose print is too small at the detector's side are detected again at a
             # larger one (`detection`). RapidOCR calls its detector through this attribute;
             # where a release has none, pages are detected once as before.
-            if getattr(self._ocr, "text_det", None) is not None:
-                setattr(self._ocr, "text_det", ScaledDetector(self._ocr.text_det))  # noqa: B010
+            detector = getattr(self._ocr, "text_det", None)
+            if detector is not None:
+                setattr(self._ocr, "text_det", ScaledDetector(detector))  # noqa: B010
         except Exception as exc:
             raise EngineUnavailable(
                 f"RapidOCR failed to start: {exc}",
