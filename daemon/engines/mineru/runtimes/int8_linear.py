@@ -196,10 +196,18 @@ class KeptHead(KeepsDtype):
         self.widen_rows = widen_rows and weight.dtype != torch.float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Always as 2-D rows. A prefill asks for the last position's logits only
+        # (logits_to_keep=1): a [1, 1, hidden] view of the prompt's states, whose batch
+        # stride is the prompt's length. torch's matmul (2.13) does not fold such a view
+        # into a 2-D GEMM when the weight needs no grad (a buffer, as here; nn.Linear's
+        # Parameter does): it runs a batched GEMM over the weight expanded and, in bf16,
+        # copies all of it first, 151,936 x 896: ~0.7 s a prefill on Zen 4, more than a
+        # short block's whole prompt. The decode loop prefills every row alone, so a page
+        # paid it ~18 times (docs/benchmarks.md, 2026-12-07). As rows: ~20 ms, same values.
         rows = x.reshape(-1, self.in_features)
         if not self.widen_rows or rows.shape[0] == 1:
-            y: torch.Tensor = F.linear(x.to(self.weight.dtype), self.weight, self.bias)
-            return y.to(x.dtype)
+            y: torch.Tensor = F.linear(rows.to(self.weight.dtype), self.weight, self.bias)
+            return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         # Rounded to the weight's dtype first, as the one-row path rounds them.
         wide = rows.to(self.weight.dtype).float()
         out = torch.empty(rows.shape[0], self.out_features, dtype=self.weight.dtype)
