@@ -114,8 +114,15 @@ class TransformersRuntime:
         in this mode), and the page counted as working in the shared batches."""
         import torch
 
-        with torch.inference_mode(), self.batcher.page():
-            yield
+        from daemon.engines.mineru.runtimes.transformers_model import return_freed_memory
+
+        try:
+            with torch.inference_mode(), self.batcher.page():
+                yield
+        finally:
+            # The heap keeps freed blocks for the next pass (keep_freed_memory): a page's
+            # end hands them back, so a worker between pages holds only what it uses.
+            return_freed_memory()
 
     def time_passes(self) -> PassTimings:
         """The passes the page estimate is built from, timed on this model (seconds)."""
