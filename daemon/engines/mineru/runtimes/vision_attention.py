@@ -22,7 +22,8 @@ GEMM and still runs well ahead of SDPA on Zen 4 (docs/benchmarks.md, 2026-12-05)
 
 Which kernel a tower uses is chosen at load time (`choose_kernel`): on an AMX CPU torch's
 kernel stays (it runs on AMX tiles, 172 ms a layer); elsewhere both are timed once on the
-real shape (one head of the layout image) and the faster one is kept. The chunked kernel
+real shape (two heads of the layout image, in the tower's memory layout) and the faster one is
+kept. The chunked kernel
 reaches transformers through its attention-interface registry, under ATTENTION_NAME.
 
 The rotary embedding applied to q and k before attention (`rotary_vision`) gives
@@ -55,9 +56,15 @@ SCRATCH_BYTES = 16 * 1024 * 1024
 # Query rows per block: measured on Zen 4 (bench/bench_kernels.py vision-attention), 256
 # to 512 rows of one head were fastest; fewer rows make more, smaller GEMMs.
 CHUNK_ROWS = 512
-# The chunked kernel is kept only when it is this much faster than SDPA: a near tie is not
-# worth leaving torch's own kernel for.
-MARGIN = 0.9
+# The chunked kernel is kept when it is this much faster than SDPA. It was 0.9 ("a near tie
+# is not worth leaving torch's own kernel for"), but on Zen 4 the one-head measure read
+# 0.86-0.95 from start to start, so most starts kept SDPA, and there the whole layout tower
+# took 46.7 s with SDPA against 40.9 s with the chunked kernel (the realistic page,
+# docs/benchmarks.md, 2026-12-07): a near tie in the measure is no tie in the tower.
+MARGIN = 1.0
+# Heads timed by the measure (of the tower's heads, in its memory layout): two heads read
+# steadier than one for twice its ~0.3 s of CPU time a kernel.
+TIMED_HEADS = 2
 # ISA caps change which kernels torch runs: a CPU table cannot know them, so measure.
 _ISA_CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
 
@@ -181,18 +188,22 @@ def _cpu_ms(fn: Callable[[], object]) -> float:
 
 @lru_cache(maxsize=8)
 def measure(
-    dtype_name: str, heads: int, head_dim: int, patches: int, repeat: int = 3
+    dtype_name: str, heads: int, head_dim: int, patches: int, timed: int = 1, repeat: int = 3
 ) -> tuple[float, float]:
-    """CPU milliseconds of torch's SDPA and of the chunked kernel over `heads` heads, best
-    of `repeat` each, on one thread (whose CPU time other processes do not inflate; both
-    kernels split their work across threads alike, so the ratio carries over)."""
+    """CPU milliseconds of torch's SDPA and of the chunked kernel over `timed` of a tower's
+    `heads` heads (in its memory layout: tower_layout), best of `repeat` each, on one thread
+    (whose CPU time other processes do not inflate; both kernels split their work across
+    threads alike, so the ratio carries over)."""
     import torch
     import torch.nn.functional as F
 
     generator = torch.Generator().manual_seed(0)
     dtype = getattr(torch, dtype_name)
     q, k, v = (
-        torch.randn(heads, patches, head_dim, generator=generator).to(dtype) for _ in range(3)
+        t[:timed]
+        for t in tower_layout(
+            torch.randn(patches, 3, heads, head_dim, generator=generator).to(dtype)
+        )
     )
     scale = head_dim**-0.5
 
@@ -212,19 +223,33 @@ def measure(
     return min(t[0] for t in times), min(t[1] for t in times)
 
 
+def tower_layout(qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(heads, patches, head_dim) q, k, v laid out in memory as Qwen2-VL's tower hands them
+    to its attention function, from its qkv projection (patches, 3, heads, head_dim): q and k
+    fresh from the rotary embedding (patches, heads, head_dim) and transposed, v a strided
+    slice of the projection. Kernels are timed on this layout: on Zen 4 torch's SDPA runs
+    it 14 % slower than contiguous heads (888 against 782 ms a layer of the layout image),
+    the chunked kernel 3 %, so contiguous inputs hid most of the chunked kernel's lead
+    (0.93x against 0.84x) and the 0.9 margin picked SDPA in most starts."""
+    q, k, v = qkv.permute(1, 0, 2, 3).unbind(0)
+    return q.contiguous().transpose(0, 1), k.contiguous().transpose(0, 1), v.transpose(0, 1)
+
+
 def choose_kernel(
-    dtype_name: str, head_dim: int, amx: bool, patches: int = LAYOUT_PATCHES
+    dtype_name: str, head_dim: int, amx: bool, patches: int = LAYOUT_PATCHES, heads: int = 16
 ) -> AttentionChoice:
-    """The faster attention kernel for a tower of this dtype here.
+    """The faster attention kernel for a tower of this dtype (and `heads` heads) here.
 
     On an AMX CPU (and no ISA cap) torch's kernel runs on AMX tiles and is kept without
-    measuring. Elsewhere both run over one head of the real image size, once per process
-    (~0.6 s of CPU time in bf16 on Zen 4).
+    measuring. Elsewhere both run over TIMED_HEADS heads of the real image size, once per
+    process (~1.2 s of CPU time in bf16 on Zen 4).
     """
     capped = any(name in os.environ for name in _ISA_CAP_VARIABLES)
     if amx and not capped:
         return AttentionChoice("sdpa", "amx")
-    sdpa_ms, chunked_ms = measure(dtype_name, 1, head_dim, patches)
+    sdpa_ms, chunked_ms = measure(
+        dtype_name, heads, head_dim, patches, timed=min(heads, TIMED_HEADS)
+    )
     kernel = "chunked" if chunked_ms < MARGIN * sdpa_ms else "sdpa"
     return AttentionChoice(kernel, "measured", round(sdpa_ms, 1), round(chunked_ms, 1))
 
@@ -279,7 +304,9 @@ def use_fastest_attention(visual: VisionTower) -> AttentionChoice:
     config = visual.config
     head_dim = config.embed_dim // config.num_heads
     dtype_name = str(visual.get_dtype()).removeprefix("torch.")
-    choice = choose_kernel(dtype_name, head_dim, amx=torch.cpu._is_amx_tile_supported())
+    choice = choose_kernel(
+        dtype_name, head_dim, amx=torch.cpu._is_amx_tile_supported(), heads=config.num_heads
+    )
     log.info("vision attention: %s", choice)
     if choice.kernel == "chunked":
         use_chunked_attention(visual)
