@@ -22,9 +22,9 @@ GEMM and still runs well ahead of SDPA on Zen 4 (docs/benchmarks.md, 2026-12-05)
 
 Which kernel a tower uses is chosen at load time (`choose_kernel`): on an AMX CPU torch's
 kernel stays (it runs on AMX tiles, 172 ms a layer); elsewhere both are timed once on the
-real shape (two heads of the layout image, in the tower's memory layout) and the faster one is
-kept. The chunked kernel
-reaches transformers through its attention-interface registry, under ATTENTION_NAME.
+real shape (two heads of the layout image, in the tower's memory layout) and the faster one
+is kept. The chunked kernel reaches transformers through its attention-interface registry,
+under ATTENTION_NAME.
 
 The rotary embedding applied to q and k before attention (`rotary_vision`) gives
 transformers' bits with fewer passes over memory: 3x faster in fp32, 1.7x in bf16 on Zen 4
