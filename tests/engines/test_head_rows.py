@@ -6,13 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.tinymodel import tiny_model_once
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tiny_model_once(tmp_path_factory.mktemp("tiny"))
-
 
 @pytest.mark.parametrize("precision", ["int8", "bf16", "fp32"])
 def test_a_prefills_last_position_reaches_the_head_as_one_plain_row(

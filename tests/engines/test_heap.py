@@ -14,10 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 # Six 16 MB blocks allocated and freed eight times, as a tower's layers do with their
 # activations; the page faults of the second round (the first faults its pages in anyway).
 LAYERS = """
-import resource, sys, torch
+import resource, torch
 from daemon.engines.mineru.runtimes.transformers_model import keep_freed_memory
-if sys.argv[1] == "kept":
-    assert keep_freed_memory()
+assert keep_freed_memory()
 def layers():
     for _ in range(8):
         blocks = [torch.ones(4 * 1024 * 1024) for _ in range(6)]
@@ -30,9 +29,9 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 PAGES = 8 * 6 * 16 * 1024 * 1024 // 4096  # what the round touches, in 4 KB pages
 
 
-def faults(mode: str) -> int:
+def faults_with_the_heap_kept() -> int:
     out = subprocess.run(
-        [sys.executable, "-c", LAYERS, mode],
+        [sys.executable, "-c", LAYERS],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -47,5 +46,5 @@ def test_freed_blocks_come_back_without_page_faults() -> None:
     runs (0 in the others: where its adaptive threshold lands varies), so three kept runs
     that fault none are the property, not luck."""
     for _ in range(3):
-        kept = faults("kept")
+        kept = faults_with_the_heap_kept()
         assert kept < PAGES // 100, f"{kept} page faults of {PAGES} pages"

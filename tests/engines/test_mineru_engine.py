@@ -34,18 +34,12 @@ from daemon.engines.registry import create_engine
 from daemon.output.formats import content_list, markdown
 from daemon.output.formats.middle import PageData, build_middle
 from tests.golden import Canned
-from tests.tinymodel import TINY_LAYOUT, tiny_model_once
+from tests.tinymodel import TINY_LAYOUT
 
 LAYOUT_PROMPT = "\nLayout Detection:"
 TEXT_PROMPT = "\nText Recognition:"
 TABLE_PROMPT = "\nTable Recognition:"
 FORMULA_PROMPT = "\nFormula Recognition:"
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One tiny checkpoint per test session (a few seconds to build)."""
-    return tiny_model_once(tmp_path_factory.mktemp("tiny-mineru"))
 
 
 class Progress:

@@ -46,6 +46,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
@@ -564,12 +565,22 @@ def return_freed_memory() -> None:
     torch capped to AVX2 the worker held 3.3 GB after loading against 1.7 GB after a trim,
     and which of the two a start got varied run to run. A no-op where there is no glibc.
     """
+    trim = _glibc("malloc_trim")
+    if trim is not None:
+        trim(0)
+
+
+@cache
+def _glibc(name: str) -> Callable[..., int] | None:
+    """glibc's function `name`, looked up once (the trim runs before every row's join), or
+    None where the C library has no such function (musl)."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).malloc_trim(0)
+        function: Callable[..., int] = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
-        pass
+        return None
+    return function
 
 
 # glibc's mallopt parameters (malloc.h) and the values set by keep_freed_memory.
@@ -596,14 +607,10 @@ def keep_freed_memory() -> bool:
     thresholds fixed the pages are reused within the pass: layout tower 46-50 s -> 43 s
     (docs/benchmarks.md, 2026-12-07).
     """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False
-    took: bool = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    took = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
     took = mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1 and took
     if not took:
         log.info("the C library did not take the heap thresholds; it keeps its own")
