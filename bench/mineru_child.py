@@ -149,7 +149,7 @@ def _engine_page(spec: dict[str, Any], image: Any, probe: Any, record: dict[str,
         # one it falls back to the position budget (INT8_DRAFTS), as on other CPU classes.
         from daemon.engines.mineru.runtimes import transformers as runtime
 
-        runtime.INT8_AVX2_PASS_SECONDS = ()
+        runtime.INT8_SCHEDULED.clear()
     record["drafts"] = spec.get("drafts", "default")
     engine = MinerUEngine(_engine_config(spec, precision, text_layer, decode=decode))
     t_load = time.monotonic()

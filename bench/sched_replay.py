@@ -39,6 +39,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -52,6 +53,9 @@ from daemon.engines.mineru.runtimes.schedule import (
     plan_pass,
     settle_row,
 )
+
+if TYPE_CHECKING:
+    from daemon.engines.mineru.runtimes.transformers import DraftBudget
 
 # The realistic page's drafted tokens damaged by its OCR reading (docs/benchmarks.md,
 # 2026-12-05 evening: 0.54 % CER, 4.45 characters a token).
@@ -152,7 +156,7 @@ def load_curve(paths: Sequence[Path]) -> PassCost:
 
 
 def policies(cost: PassCost, held: float) -> dict[str, Policy]:
-    from daemon.engines.mineru.runtimes.transformers import INT8_AVX2_SCHEDULED as avx2
+    from daemon.engines.mineru.runtimes.transformers import INT8_SCHEDULED
 
     def sched(k: int, wait: int = 2) -> Policy:
         scheduler = PassScheduler(cost, k, wait, held)
@@ -169,11 +173,16 @@ def policies(cost: PassCost, held: float) -> dict[str, Policy]:
         "sched-k8-w1": sched(8, 1),
         "sched-k8-w4": sched(8, 4),
         "sched-k12-w1": sched(12, 1),
-        # what the engine ships for int8 on AVX2 (its own curve and settings, not --curve's)
-        "engine-avx2": Policy(
-            lambda: AdaptiveK(k_max=avx2.k_max, k=min(4, avx2.k_max)), avx2.scheduler(), 0
-        ),
+        # what the engine ships for int8 per CPU class (its own curve and settings, not
+        # --curve's): engine-avx2, engine-avx512
+        **{f"engine-{cpu.lower()}": _engine(budget) for cpu, budget in INT8_SCHEDULED.items()},
     }
+
+
+def _engine(budget: DraftBudget) -> Policy:
+    return Policy(
+        lambda: AdaptiveK(k_max=budget.k_max, k=min(4, budget.k_max)), budget.scheduler(), 0
+    )
 
 
 def pages(recorded_cases: Sequence[Case], vocab: int) -> dict[str, list[Row]]:

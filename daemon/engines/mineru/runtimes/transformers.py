@@ -67,7 +67,7 @@ class TransformersRuntime:
             loaded.model, loaded.processor, client.client, config.batch_size
         )
         self.loop: LoopGenerator | None = None
-        budget = draft_budget(loaded.precision, cpu_capability())
+        budget = draft_budget(loaded.precision, cpu_class())
         if config.decode == "loop":
             self.loop = make_loop(loaded, client.client, self.generator, config.batch_size)
             self.generator.loop = self.loop
@@ -198,18 +198,55 @@ INT8_AVX2_SCHEDULED = DraftBudget(
     held=0.015,
 )
 
+# The same curve on an AMD EPYC Zen 4 (AVX-512 with BF16 and VNNI, no AMX: torch's AVX512
+# kernels), alone, the fastest of two runs of bench/bench_verify.py --out (docs/benchmarks.md,
+# 2026-12-07). A pass is cheaper here (8 rows x K = 0 in 121 ms against Zen 2's 293) and each
+# drafted position dearer relative to it, but 8 rows x K = 15 all accepted still costs 6.4 ms a
+# token against 15. The replay on it: text-layer drafts 0.68x the position budget's block
+# decode, OCR readings 0.86x, prose without drafts 0.78x; the layout step 0.99x, where the AVX2
+# table's choices would cost 1.12x on this core: a class gets its own table.
+# fmt: off
+INT8_AVX512_PASS_SECONDS: tuple[tuple[int, int, float], ...] = (
+    (1, 1, 0.06), (1, 2, 0.075), (1, 3, 0.077), (1, 4, 0.09), (1, 5, 0.107), (1, 6, 0.107),
+    (1, 7, 0.112), (1, 8, 0.127), (1, 9, 0.13), (1, 12, 0.136), (1, 16, 0.171),
+    (2, 1, 0.063), (2, 2, 0.088), (2, 3, 0.121), (2, 4, 0.133), (2, 5, 0.145), (2, 6, 0.149),
+    (2, 7, 0.185), (2, 8, 0.191), (2, 9, 0.187), (2, 12, 0.223), (2, 16, 0.24),
+    (3, 1, 0.069), (3, 2, 0.129), (3, 3, 0.163), (3, 4, 0.165), (3, 5, 0.197), (3, 6, 0.218),
+    (3, 7, 0.244), (3, 8, 0.257), (3, 9, 0.272), (3, 12, 0.328), (3, 16, 0.376),
+    (4, 1, 0.071), (4, 2, 0.137), (4, 3, 0.152), (4, 4, 0.185), (4, 5, 0.207), (4, 6, 0.241),
+    (4, 7, 0.257), (4, 8, 0.275), (4, 9, 0.282), (4, 12, 0.316), (4, 16, 0.379),
+    (6, 1, 0.108), (6, 2, 0.187), (6, 3, 0.243), (6, 4, 0.288), (6, 5, 0.351), (6, 6, 0.376),
+    (6, 7, 0.462), (6, 8, 0.422), (6, 9, 0.454), (6, 12, 0.578), (6, 16, 0.685),
+    (8, 1, 0.121), (8, 2, 0.232), (8, 3, 0.294), (8, 4, 0.417), (8, 5, 0.458), (8, 6, 0.463),
+    (8, 7, 0.49), (8, 8, 0.522), (8, 9, 0.555), (8, 12, 0.611), (8, 16, 0.818),
+)
+# fmt: on
+# Held-back passes paid 9-20 ms here (--held): the AVX2 table's 15 ms stands.
+INT8_AVX512_SCHEDULED = DraftBudget(
+    k_max=12,
+    max_positions=0,
+    cost=PassCost(INT8_AVX512_PASS_SECONDS, dense_from=32),
+    max_wait=2,
+    held=0.015,
+)
 
-def draft_budget(precision: str, capability: str = "") -> DraftBudget:
-    """The budget for the loaded decoder's effective precision (LoadedModel.precision) on
-    torch's CPU kernels of `capability` (torch.backends.cpu.get_cpu_capability(): "AVX2",
-    "AVX512", ...; "" when not known): the pass scheduler where its pass cost was measured
-    and the replay showed it paying (docs/benchmarks.md, 2026-12-06), else the position
-    budget."""
+# The pass scheduler per CPU class (`cpu_class`) whose curve was measured; any other class
+# (AMX, where the dense side runs on tiles; ARM) keeps the position budget. Emptied by
+# bench/mineru_child.py for its `--drafts positions` runs.
+INT8_SCHEDULED: dict[str, DraftBudget] = {
+    "AVX2": INT8_AVX2_SCHEDULED,
+    "AVX512": INT8_AVX512_SCHEDULED,
+}
+
+
+def draft_budget(precision: str, cpu: str = "") -> DraftBudget:
+    """The budget for the loaded decoder's effective precision (LoadedModel.precision) on a
+    CPU class (`cpu`, as `cpu_class` names it: "AVX2", "AVX512", "AMX"; "" when not known):
+    the pass scheduler where its pass cost was measured and the replay showed it paying
+    (docs/benchmarks.md, 2026-12-06 and 2026-12-07), else the position budget."""
     if "int8" not in precision:
         return DENSE_DRAFTS
-    if capability.upper() == "AVX2" and INT8_AVX2_PASS_SECONDS:
-        return INT8_AVX2_SCHEDULED
-    return INT8_DRAFTS
+    return INT8_SCHEDULED.get(cpu.upper(), INT8_DRAFTS)
 
 
 def make_loop(
@@ -221,7 +258,7 @@ def make_loop(
     from daemon.engines.mineru.runtimes.transformers_generate import MAX_BATCH_PROMPT_TOKENS
     from daemon.engines.mineru.runtimes.transformers_model import return_freed_memory
 
-    budget = draft_budget(loaded.precision, cpu_capability())
+    budget = draft_budget(loaded.precision, cpu_class())
     tokenizer = loaded.processor.tokenizer
 
     def encode(text: str) -> list[int]:
@@ -244,11 +281,22 @@ def make_loop(
     )
 
 
-def cpu_capability() -> str:
-    """The CPU kernels torch runs here ("AVX2", "AVX512", ...: ATEN_CPU_CAPABILITY caps it)."""
+def cpu_class() -> str:
+    """The CPU class whose pass cost the int8 decoder's drafts follow: torch's CPU kernels
+    ("AVX2", "AVX512", ...; ATEN_CPU_CAPABILITY caps them), "AMX" for AVX512 kernels on a CPU
+    with AMX tiles (its dense GEMMs run on them: another curve), unless oneDNN is capped."""
+    import os
+
     import torch
 
-    return str(torch.backends.cpu.get_cpu_capability())
+    capability = str(torch.backends.cpu.get_cpu_capability())
+    if (
+        capability == "AVX512"
+        and torch.cpu._is_amx_tile_supported()
+        and "ONEDNN_MAX_CPU_ISA" not in os.environ
+    ):
+        return "AMX"
+    return capability
 
 
 def draft_for(row: GenRequest, encode: Callable[[str], list[int]]) -> DraftSource:
