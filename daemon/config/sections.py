@@ -116,6 +116,12 @@ class LimitsConfig:
         "marks its share not answering (a hard NFS mount whose server is down); the "
         "daemon goes on without it",
     )
+    database_wait_seconds: float = setting(
+        default=60.0,
+        parse=p_seconds(),
+        doc="how long a database write waits for another process's lock (a backup, an "
+        "`sqlite3` shell) before the daemon logs `database busy` and tries again later",
+    )
 
 
 @settings

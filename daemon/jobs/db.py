@@ -36,6 +36,7 @@ from daemon.jobs.schema import EXPECTED_COLUMNS, MIGRATIONS, SCHEMA_VERSION
 
 log = logging.getLogger("docinbox.store")
 
+# How long a write waits for another process's lock (limits.database_wait_seconds' default).
 BUSY_TIMEOUT_MS = 60_000
 # What a checkpoint leaves of the WAL file at most (PRAGMA journal_size_limit).
 WAL_LIMIT_BYTES = 64 * 1024 * 1024
@@ -81,14 +82,16 @@ class SchemaError(RuntimeError):
     """The database file is not one this docinbox can use."""
 
 
-def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+def connect(
+    path: Path, *, readonly: bool = False, busy_ms: int = BUSY_TIMEOUT_MS
+) -> sqlite3.Connection:
     if readonly:
         uri = f"file:{path}?mode=ro"
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=busy_ms / 1000)
     else:
-        conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        conn = sqlite3.connect(str(path), isolation_level=None, timeout=busy_ms / 1000)
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
     if not readonly:
         # Before WAL: on a new, empty file it takes effect at once; an older file is
         # rebuilt with it once (Database._compact_once).
@@ -114,9 +117,12 @@ class Database:
     """The connection, its transactions and the schema; the table families
     (daemon.jobs.queue, .pages, .deliveries) are mixins over it."""
 
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, readonly: bool = False, busy_ms: int = BUSY_TIMEOUT_MS
+    ) -> None:
         self.path = path
         self.readonly = readonly
+        self.busy_ms = busy_ms  # how long a statement waits for another process's lock
         if not readonly:
             path.parent.mkdir(parents=True, exist_ok=True)
             # The database holds file names: readable by the service user only.
@@ -127,7 +133,7 @@ class Database:
         # Opening recovers the WAL a kill left behind, which needs space: on a full state
         # disk that is StoreFull (the caller says so plainly), not a bare OperationalError.
         with _as_store_errors():
-            self.conn = connect(path, readonly=readonly)
+            self.conn = connect(path, readonly=readonly, busy_ms=busy_ms)
             try:
                 if not readonly:
                     self._migrate()
@@ -255,7 +261,7 @@ class Database:
                     _, frames, moved = self.conn.execute(
                         "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         finally:
-            self.conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self.conn.execute(f"PRAGMA busy_timeout={int(self.busy_ms)}")
         return Checkpoint(truncated=truncated, frames=frames, moved=moved)
 
     def schema_version(self) -> int:
