@@ -7,7 +7,7 @@ threads as the engine sets them. Run alone on the machine; each line says the lo
     python bench/make_model.py
     python bench/profile_page.py prefills        # the page's 15 block prompts, one at a time:
                                                  # seconds of vision and of the language model
-    python bench/profile_page.py step [--context 1300]   # one-row decode steps, by operator
+    python bench/profile_page.py step [--context 1300] [--rows 1]   # decode steps, by operator
     python bench/profile_page.py tower-faults [--side 70] [--passes 2]
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483648 \\
         python bench/profile_page.py tower-faults    # the layout tower and its page faults,
@@ -107,8 +107,9 @@ def prefills() -> None:
     print(f"language model, all prompts: {total:.2f} s ({load()})")
 
 
-def step(context: int) -> None:
-    """One-row decode steps of the decode loop after a text prompt, and their operators."""
+def step(context: int, rows: int = 1) -> None:
+    """Decode steps of the decode loop for `rows` rows after text prompts (no drafts), and
+    their operators."""
     from torch.profiler import profile
 
     from daemon.engines.mineru.runtimes.decode_loop import (
@@ -120,14 +121,16 @@ def step(context: int) -> None:
     model = loaded_model().model
     processors = greedy_processors(model, {"no_repeat_ngram_size": 100, "do_sample": False})
     batch = DecodeBatch(model, processors, {-1})
-    prompt = text_prompt(1, context, 150_000, torch.Generator().manual_seed(0))
-    batch.join(0, DecodeRequest(prompt, 1 << 20))
+    generator = torch.Generator().manual_seed(0)
+    for row in range(rows):
+        batch.join(row, DecodeRequest(text_prompt(1, context, 150_000, generator), 1 << 20))
     for _ in range(5):
         batch.step()
     start = time.monotonic()
     for _ in range(20):
         batch.step()
-    print(f"context {context}: {(time.monotonic() - start) / 20 * 1000:.1f} ms a step ({load()})")
+    took = (time.monotonic() - start) / 20 * 1000
+    print(f"context {context}, {rows} row(s): {took:.1f} ms a step ({load()})")
     with profile() as run:
         for _ in range(10):
             batch.step()
@@ -218,6 +221,7 @@ def main() -> int:
         "mode", choices=["prefills", "step", "tower-faults", "attention-layout", "int8-rows"]
     )
     parser.add_argument("--context", type=int, default=1300, help="step: prompt tokens")
+    parser.add_argument("--rows", type=int, default=1, help="step: rows decoded together")
     parser.add_argument("--side", type=int, default=70, help="tower-faults: patches a side")
     parser.add_argument("--passes", type=int, default=2, help="tower-faults: passes")
     args = parser.parse_args()
@@ -227,7 +231,7 @@ def main() -> int:
     if args.mode == "prefills":
         prefills()
     elif args.mode == "step":
-        step(args.context)
+        step(args.context, args.rows)
     elif args.mode == "tower-faults":
         tower_faults(args.side, args.passes)
     elif args.mode == "attention-layout":
