@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from PIL import Image
 
 from daemon.engines.mineru.engine import ModelFreeClient
@@ -280,6 +281,34 @@ def test_rows_held_back_a_pass_change_no_token(
     assert any(ran < active for ran, active in batch.ran)  # rows were held back
     assert 0 < batch.longest_wait <= 2  # and none longer than the scheduler allows
     assert sum(r.stats.accepted for r in results) > 0
+
+
+def test_grouped_decoder_attention_changes_no_token(
+    tiny: Tiny, refs: list[list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """load_model routes the decoder through decoder_attention's grouped heads (verify
+    passes: several positions a row, with a mask): the loop's tokens stay generate()'s on
+    transformers' own SDPA (refs), with drafts good and garbled, rows leaving and joining."""
+    from types import SimpleNamespace
+
+    from daemon.engines.mineru.runtimes import decoder_attention
+
+    config = tiny.model.model.language_model.config
+    monkeypatch.setattr(config, "_attn_implementation", "sdpa")  # put back afterwards
+    assert decoder_attention.use_grouped_attention(config)
+    folded: list[int] = []
+
+    def sdpa(query: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        folded.append(query.shape[2])
+        return F.scaled_dot_product_attention(query, *args, **kwargs)
+
+    monkeypatch.setattr(decoder_attention, "F", SimpleNamespace(scaled_dot_product_attention=sdpa))
+    seen = {t for ref in refs for t in ref} | tiny.eos
+    never = [t for t in range(tiny.vocab) if t not in seen]
+    drafts = [ref if i % 2 == 0 else [*ref[:2], *never[: len(ref)]] for i, ref in enumerate(refs)]
+    results = decode(tiny.batch(), requests(tiny, drafts), 3, lambda _r: None)
+    assert [r.tokens for r in results] == refs
+    assert folded  # the verify passes went through the grouped heads
 
 
 def test_drafts_wrong_from_the_first_token(tiny: Tiny, refs: list[list[int]]) -> None:

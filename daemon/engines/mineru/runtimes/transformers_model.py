@@ -55,6 +55,7 @@ from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig
 from daemon.config.settings import Precision as PrecisionName
+from daemon.engines.mineru.runtimes.decoder_attention import use_grouped_attention
 from daemon.engines.mineru.runtimes.decoder_precision import (
     INT8_HEAD_DTYPE,
     LOSSY_WARNING,
@@ -373,6 +374,8 @@ def load_model(
     gc.collect()
     use_inplace_quick_gelu(qwen.model.visual)
     attention = use_fastest_attention(qwen.model.visual)  # chunked GEMMs where SDPA is slow
+    # The decode loop's verify passes: grouped heads without copying the cache 7 times.
+    grouped = use_grouped_attention(qwen.model.language_model.config)
     return_freed_memory()
     keep_freed_memory()  # from here on: see there
     if spec.vision != _first_decoder_float(qwen):
@@ -387,7 +390,10 @@ def load_model(
         dtype_vision=spec.vision,
         dtype_decoder=dtype_decoder,
         load_seconds=time.monotonic() - started,
-        details={"vision_attention": attention.kernel},
+        details={
+            "vision_attention": attention.kernel,
+            "decoder_attention": "grouped" if grouped else "stock",
+        },
     )
 
 
