@@ -67,7 +67,7 @@ class TransformersRuntime:
             loaded.model, loaded.processor, client.client, config.batch_size
         )
         self.loop: LoopGenerator | None = None
-        budget = draft_budget(loaded.precision, cpu_class())
+        budget = draft_budget(loaded.precision, cpu_capability())
         if config.decode == "loop":
             self.loop = make_loop(loaded, client.client, self.generator, config.batch_size)
             self.generator.loop = self.loop
@@ -91,6 +91,8 @@ class TransformersRuntime:
                 "dtype_vision": loaded.dtype_vision,
                 # "sdpa" or "chunked": which exact attention kernel the tower's load chose
                 "vision_attention": loaded.details["vision_attention"],
+                # "grouped": verify passes fold query heads onto the cache (decoder_attention)
+                "decoder_attention": loaded.details["decoder_attention"],
                 "dtype_decoder": loaded.dtype_decoder,
                 "requested_precision": config.precision,
                 "weights_path": str(loaded.weights.path),
@@ -198,55 +200,23 @@ INT8_AVX2_SCHEDULED = DraftBudget(
     held=0.015,
 )
 
-# The same curve on an AMD EPYC Zen 4 (AVX-512 with BF16 and VNNI, no AMX: torch's AVX512
-# kernels), alone, bench/bench_verify.py --context 1300 --out (docs/benchmarks.md, 2026-12-07):
-# at a page's block context (1,300 prompt tokens, where the 512-token curve had wide passes
-# too cheap) and with the decoder's grouped attention (decoder_attention.py). A pass is
-# cheaper here than on Zen 2 (8 rows x K = 0 in 159 ms against 293) and each drafted
-# position dearer relative to it; 8 rows x K = 15 all accepted still costs 5.7 ms a token
-# against 20. The AVX2 table's choices cost 1.12x on this core's layout step in the replay:
-# a class gets its own table.
-# fmt: off
-INT8_AVX512_PASS_SECONDS: tuple[tuple[int, int, float], ...] = (
-    (1, 1, 0.063), (1, 2, 0.08), (1, 3, 0.073), (1, 4, 0.077), (1, 5, 0.101), (1, 6, 0.107),
-    (1, 7, 0.109), (1, 8, 0.117), (1, 9, 0.133), (1, 12, 0.136), (1, 16, 0.181), (2, 1, 0.072),
-    (2, 2, 0.084), (2, 3, 0.112), (2, 4, 0.125), (2, 5, 0.143), (2, 6, 0.153), (2, 7, 0.191),
-    (2, 8, 0.187), (2, 9, 0.227), (2, 12, 0.256), (2, 16, 0.285), (3, 1, 0.077), (3, 2, 0.109),
-    (3, 3, 0.134), (3, 4, 0.138), (3, 5, 0.175), (3, 6, 0.214), (3, 7, 0.238), (3, 8, 0.227),
-    (3, 9, 0.248), (3, 12, 0.256), (3, 16, 0.299), (4, 1, 0.089), (4, 2, 0.126), (4, 3, 0.166),
-    (4, 4, 0.186), (4, 5, 0.221), (4, 6, 0.257), (4, 7, 0.262), (4, 8, 0.273), (4, 9, 0.289),
-    (4, 12, 0.333), (4, 16, 0.376), (6, 1, 0.152), (6, 2, 0.177), (6, 3, 0.233), (6, 4, 0.27),
-    (6, 5, 0.319), (6, 6, 0.307), (6, 7, 0.332), (6, 8, 0.352), (6, 9, 0.393), (6, 12, 0.445),
-    (6, 16, 0.588), (8, 1, 0.159), (8, 2, 0.238), (8, 3, 0.283), (8, 4, 0.332), (8, 5, 0.365),
-    (8, 6, 0.393), (8, 7, 0.445), (8, 8, 0.473), (8, 9, 0.493), (8, 12, 0.576), (8, 16, 0.725),
-)
-# fmt: on
-# Held-back passes paid -7 to 20 ms here (--held, noisy): the AVX2 table's 15 ms stands.
-INT8_AVX512_SCHEDULED = DraftBudget(
-    k_max=12,
-    max_positions=0,
-    cost=PassCost(INT8_AVX512_PASS_SECONDS, dense_from=32),
-    max_wait=2,
-    held=0.015,
-)
-
-# The pass scheduler per CPU class (`cpu_class`) whose curve was measured; any other class
-# (AMX, where the dense side runs on tiles; ARM) keeps the position budget. Emptied by
-# bench/mineru_child.py for its `--drafts positions` runs.
-INT8_SCHEDULED: dict[str, DraftBudget] = {
-    "AVX2": INT8_AVX2_SCHEDULED,
-    "AVX512": INT8_AVX512_SCHEDULED,
-}
+# The pass scheduler per CPU class (torch's kernels) where its curve was measured and it paid
+# on a page; every other class keeps the position budget. Not AVX512 without AMX (Zen 4):
+# its curve (at 512 and at 1,300 prompt tokens) replays to 0.49-0.85x of the block decode,
+# but on the realistic page the scheduler took 20-33 % fewer passes for 1.03-1.10x the decode
+# time (docs/benchmarks.md, 2026-12-07, later). Emptied by bench/mineru_child.py for its
+# `--drafts positions` runs.
+INT8_SCHEDULED: dict[str, DraftBudget] = {"AVX2": INT8_AVX2_SCHEDULED}
 
 
-def draft_budget(precision: str, cpu: str = "") -> DraftBudget:
-    """The budget for the loaded decoder's effective precision (LoadedModel.precision) on a
-    CPU class (`cpu`, as `cpu_class` names it: "AVX2", "AVX512", "AMX"; "" when not known):
-    the pass scheduler where its pass cost was measured and the replay showed it paying
-    (docs/benchmarks.md, 2026-12-06 and 2026-12-07), else the position budget."""
+def draft_budget(precision: str, capability: str = "") -> DraftBudget:
+    """The budget for the loaded decoder's effective precision (LoadedModel.precision) on
+    torch's CPU kernels of `capability` (torch.backends.cpu.get_cpu_capability(): "AVX2",
+    "AVX512", ...; "" when not known): the pass scheduler where its pass cost was measured
+    and it paid (docs/benchmarks.md, 2026-12-06), else the position budget."""
     if "int8" not in precision:
         return DENSE_DRAFTS
-    return INT8_SCHEDULED.get(cpu.upper(), INT8_DRAFTS)
+    return INT8_SCHEDULED.get(capability.upper(), INT8_DRAFTS)
 
 
 def make_loop(
@@ -258,7 +228,7 @@ def make_loop(
     from daemon.engines.mineru.runtimes.transformers_generate import MAX_BATCH_PROMPT_TOKENS
     from daemon.engines.mineru.runtimes.transformers_model import return_freed_memory
 
-    budget = draft_budget(loaded.precision, cpu_class())
+    budget = draft_budget(loaded.precision, cpu_capability())
     tokenizer = loaded.processor.tokenizer
 
     def encode(text: str) -> list[int]:
@@ -281,22 +251,11 @@ def make_loop(
     )
 
 
-def cpu_class() -> str:
-    """The CPU class whose pass cost the int8 decoder's drafts follow: torch's CPU kernels
-    ("AVX2", "AVX512", ...; ATEN_CPU_CAPABILITY caps them), "AMX" for AVX512 kernels on a CPU
-    with AMX tiles (its dense GEMMs run on them: another curve), unless oneDNN is capped."""
-    import os
-
+def cpu_capability() -> str:
+    """The CPU kernels torch runs here ("AVX2", "AVX512", ...: ATEN_CPU_CAPABILITY caps it)."""
     import torch
 
-    capability = str(torch.backends.cpu.get_cpu_capability())
-    if (
-        capability == "AVX512"
-        and torch.cpu._is_amx_tile_supported()
-        and "ONEDNN_MAX_CPU_ISA" not in os.environ
-    ):
-        return "AMX"
-    return capability
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def draft_for(row: GenRequest, encode: Callable[[str], list[int]]) -> DraftSource:
