@@ -8,6 +8,8 @@ threads as the engine sets them. Run alone on the machine; each line says the lo
     python bench/profile_page.py prefills        # the page's 15 block prompts, one at a time:
                                                  # seconds of vision and of the language model
     python bench/profile_page.py step [--context 1300] [--rows 1]   # decode steps, by operator
+    python bench/profile_page.py verify [--context 1300] [--rows 4] [--k 2]  # one verify pass
+                                                 # (rows x (1 + k) positions), by operator
     python bench/profile_page.py tower-faults [--side 70] [--passes 2]
     GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=2147483648 \\
         python bench/profile_page.py tower-faults    # the layout tower and its page faults,
@@ -137,6 +139,48 @@ def step(context: int, rows: int = 1) -> None:
     print(run.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
 
 
+def verify(context: int, rows: int, k: int) -> None:
+    """One verify pass of the decode loop (rows x (1 + k) positions after text prompts of
+    `context` tokens, the cache cropped back after each), its time and its operators."""
+    from torch.profiler import profile
+
+    from daemon.engines.mineru.runtimes.decode_loop import (
+        DecodeBatch,
+        DecodeRequest,
+        greedy_processors,
+    )
+
+    model = loaded_model().model
+    processors = greedy_processors(model, {"no_repeat_ngram_size": 100, "do_sample": False})
+    batch = DecodeBatch(model, processors, {-1})
+    generator = torch.Generator().manual_seed(0)
+    for row in range(rows):
+        batch.join(row, DecodeRequest(text_prompt(1, context, 150_000, generator), 1 << 20))
+    assert batch.cache is not None and batch.mask is not None
+    cache, width = batch.cache, k + 1
+    ids = torch.randint(0, 150_000, (rows, width), generator=generator)
+    positions = torch.stack([row.next_pos + torch.arange(width) for row in batch.rows])
+    mask = torch.cat([batch.mask, torch.ones((rows, width), dtype=torch.long)], dim=1)
+
+    def one_pass() -> None:
+        with torch.no_grad():
+            model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions.unsqueeze(0).expand(3, -1, -1),
+                cache=cache,
+                use_cache=True,
+            )
+        cache.crop(-width)
+
+    took = best_ms(one_pass, repeat=3)
+    print(f"context {context}, {rows} row(s) x {width} positions: {took:.1f} ms a pass ({load()})")
+    with profile() as run:
+        for _ in range(3):
+            one_pass()
+    print(run.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
+
+
 def tower_faults(side: int, passes: int) -> None:
     """The vision tower over a side x side image, its minor page faults and system time."""
     visual = loaded_model().model.model.visual
@@ -218,10 +262,12 @@ def int8_rows() -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "mode", choices=["prefills", "step", "tower-faults", "attention-layout", "int8-rows"]
+        "mode",
+        choices=["prefills", "step", "verify", "tower-faults", "attention-layout", "int8-rows"],
     )
     parser.add_argument("--context", type=int, default=1300, help="step: prompt tokens")
-    parser.add_argument("--rows", type=int, default=1, help="step: rows decoded together")
+    parser.add_argument("--rows", type=int, help="step, verify: rows (default 1, verify 4)")
+    parser.add_argument("--k", type=int, default=2, help="verify: draft tokens a row")
     parser.add_argument("--side", type=int, default=70, help="tower-faults: patches a side")
     parser.add_argument("--passes", type=int, default=2, help="tower-faults: passes")
     args = parser.parse_args()
@@ -231,7 +277,9 @@ def main() -> int:
     if args.mode == "prefills":
         prefills()
     elif args.mode == "step":
-        step(args.context, args.rows)
+        step(args.context, args.rows or 1)
+    elif args.mode == "verify":
+        verify(args.context, args.rows or 4, args.k)
     elif args.mode == "tower-faults":
         tower_faults(args.side, args.passes)
     elif args.mode == "attention-layout":

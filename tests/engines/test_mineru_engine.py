@@ -267,6 +267,7 @@ def test_tiny_model_runs_every_stage_in_each_precision(
         bf16_vision = expected in ("bf16", "bf16-int8", "bf16-int8-dynamic")
         assert info.details["dtype_vision"] == ("bfloat16" if bf16_vision else "float32")
         assert info.details["vision_attention"] in ("sdpa", "chunked")
+        assert info.details["decoder_attention"] == "grouped"  # load_model routes it
         assert info.details["dtype_decoder"] == {
             "fp32": "float32", "bf16": "bfloat16", "mixed": "bfloat16",
             "int8": "int8-weight-only", "bf16-int8": "int8-weight-only",

@@ -6,7 +6,7 @@ head (`pack_gqa`) and calls SDPA on the cache as it is. For more than one positi
 mask (the decode loop's verify passes: [last token, draft...] per row) it copies every
 layer's keys and values 7 times (`repeat_kv`) and runs SDPA over 14 heads. On the real shape
 with 1,300-token prompts that copy and the slower attention cost 111 of a 245 ms pass of
-4 rows x 3 positions on Zen 4 (bench/profile_page.py verify, docs/benchmarks.md 2026-12-07),
+4 rows x 3 positions on Zen 4 (`bench/profile_page.py verify`, docs/benchmarks.md, 2026-12-07),
 which made drafted passes dear at a page's context.
 
 Here the folding is done for any number of positions: query (B, 14, q, d) -> (B, 2, 7q, d),
