@@ -187,7 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=("default", "positions"),
         default="default",
         help="auto-loop, auto-drafted: `positions` replaces the int8 decoder's pass scheduler "
-        "(AVX2, AVX512 without AMX) with the position budget, to time what it buys",
+        "(AVX2) with the position budget, to time what the scheduler buys",
     )
     parser.add_argument("--paths", help="comma-separated, in order (default: per mode)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)

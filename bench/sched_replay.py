@@ -174,7 +174,7 @@ def policies(cost: PassCost, held: float) -> dict[str, Policy]:
         "sched-k8-w4": sched(8, 4),
         "sched-k12-w1": sched(12, 1),
         # what the engine ships for int8 per CPU class (its own curve and settings, not
-        # --curve's): engine-avx2, engine-avx512
+        # --curve's): engine-avx2
         **{f"engine-{cpu.lower()}": _engine(budget) for cpu, budget in INT8_SCHEDULED.items()},
     }
 
