@@ -109,11 +109,9 @@ def prefills() -> None:
     print(f"language model, all prompts: {total:.2f} s ({load()})")
 
 
-def step(context: int, rows: int = 1) -> None:
-    """Decode steps of the decode loop for `rows` rows after text prompts (no drafts), and
-    their operators."""
-    from torch.profiler import profile
-
+def joined_batch(context: int, rows: int) -> tuple[Any, Any, torch.Generator]:
+    """(the loaded model, a DecodeBatch of `rows` random text prompts of `context` tokens
+    that never end, the generator that made them)."""
     from daemon.engines.mineru.runtimes.decode_loop import (
         DecodeBatch,
         DecodeRequest,
@@ -126,6 +124,15 @@ def step(context: int, rows: int = 1) -> None:
     generator = torch.Generator().manual_seed(0)
     for row in range(rows):
         batch.join(row, DecodeRequest(text_prompt(1, context, 150_000, generator), 1 << 20))
+    return model, batch, generator
+
+
+def step(context: int, rows: int = 1) -> None:
+    """Decode steps of the decode loop for `rows` rows after text prompts (no drafts), and
+    their operators."""
+    from torch.profiler import profile
+
+    _model, batch, _generator = joined_batch(context, rows)
     for _ in range(5):
         batch.step()
     start = time.monotonic()
@@ -144,18 +151,7 @@ def verify(context: int, rows: int, k: int) -> None:
     `context` tokens, the cache cropped back after each), its time and its operators."""
     from torch.profiler import profile
 
-    from daemon.engines.mineru.runtimes.decode_loop import (
-        DecodeBatch,
-        DecodeRequest,
-        greedy_processors,
-    )
-
-    model = loaded_model().model
-    processors = greedy_processors(model, {"no_repeat_ngram_size": 100, "do_sample": False})
-    batch = DecodeBatch(model, processors, {-1})
-    generator = torch.Generator().manual_seed(0)
-    for row in range(rows):
-        batch.join(row, DecodeRequest(text_prompt(1, context, 150_000, generator), 1 << 20))
+    model, batch, generator = joined_batch(context, rows)
     assert batch.cache is not None and batch.mask is not None
     cache, width = batch.cache, k + 1
     ids = torch.randint(0, 150_000, (rows, width), generator=generator)
