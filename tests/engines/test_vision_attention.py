@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import torch
 
+from daemon.engines.mineru.runtimes.decoder_attention import ATTENTION_NAME as DECODER_ATTENTION
 from daemon.engines.mineru.runtimes.vision_attention import (
     ATTENTION_NAME,
     MARGIN,
@@ -188,7 +189,8 @@ def test_the_kernels_are_timed_on_the_layout_the_tower_hands_them() -> None:
 
 def test_the_loader_names_the_kernel_its_tower_runs(tmp_path: Any) -> None:
     """load_model times both kernels for the tower's dtype and head size, keeps the faster,
-    and says which; the decoder's attention is not touched."""
+    and says which; the decoder keeps its own (grouped SDPA, decoder_attention.py), never
+    the tower's kernel."""
     from daemon.engines.mineru.runtimes.transformers_model import load_model
     from tests.tinymodel import tiny_model_once
 
@@ -198,7 +200,8 @@ def test_the_loader_names_the_kernel_its_tower_runs(tmp_path: Any) -> None:
     assert kernel in ("sdpa", "chunked")
     visual = loaded.model.model.visual
     assert (visual.config._attn_implementation == ATTENTION_NAME) == (kernel == "chunked")
-    assert loaded.model.model.language_model.config._attn_implementation == "sdpa"
+    decoder = loaded.model.model.language_model.config._attn_implementation
+    assert decoder == DECODER_ATTENTION and loaded.details["decoder_attention"] == "grouped"
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
