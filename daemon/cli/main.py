@@ -106,7 +106,7 @@ def seen_inboxes(cfg: Config) -> set[str]:
     if not cfg.db_path.exists():
         return set()
     try:
-        store = Store(cfg.db_path, readonly=True, busy_ms=cfg.db_wait_ms)
+        store = Store.of(cfg, readonly=True)
     except (sqlite3.Error, StoreBusy):
         return set()
     try:
@@ -243,7 +243,7 @@ def _open_store(cfg: Config) -> Store:
             file=sys.stderr,
         )
         raise SystemExit(ExitCode.NOT_FOUND)
-    return Store(cfg.db_path, readonly=True, busy_ms=cfg.db_wait_ms)
+    return Store.of(cfg, readonly=True)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -292,14 +292,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_retry(args: argparse.Namespace) -> int:
     cfg = load_or_exit(args.config, check=False)
-    store = Store(cfg.db_path, busy_ms=cfg.db_wait_ms)
+    store = Store.of(cfg)
     ids = [j.id for j in store.jobs(JobState.FAILED, limit=100000)] if args.failed else [args.id]
     return _requeue(store, ids, JobState.FAILED, store.retry, "retry")
 
 
 def cmd_reprocess(args: argparse.Namespace) -> int:
     cfg = load_or_exit(args.config, check=False)
-    store = Store(cfg.db_path, busy_ms=cfg.db_wait_ms)
+    store = Store.of(cfg)
     ids = [j.id for j in store.jobs(JobState.DONE, limit=100000)] if args.all else [args.id]
     return _requeue(store, ids, JobState.DONE, store.reprocess, "reprocess")
 
@@ -343,7 +343,7 @@ def cmd_hooks(args: argparse.Namespace) -> int:
     if action == "test":
         return _hooks_test(cfg, getattr(args, "name", None))
     if action == "retry":
-        store = Store(cfg.db_path, busy_ms=cfg.db_wait_ms)
+        store = Store.of(cfg)
         try:
             for name in store.enable_receivers():  # 410 Gone: the user says try again
                 print(f"hook {name}: enabled again (it had answered 410 Gone)")
@@ -397,7 +397,7 @@ def cmd_vacuum(args: argparse.Namespace) -> int:
     _open_store(cfg).close()  # says so when there is no database yet
     sizes = [cfg.db_path, cfg.db_path.with_name(cfg.db_path.name + "-wal")]
     before = sum(p.stat().st_size for p in sizes if p.exists())
-    store = Store(cfg.db_path, busy_ms=cfg.db_wait_ms)
+    store = Store.of(cfg)
     try:
         now = time.time()
         store.prune_deliveries(now - cfg.hooks.retention_days * 86400.0)

@@ -64,7 +64,7 @@ def parse_files(
             cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, name=engine))
         if pages:
             cfg = dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, pages=pages))
-        store = Store(cfg.db_path, busy_ms=cfg.db_wait_ms)
+        store = Store.of(cfg)
         jobs: list[int] = []
         for f in files:
             st = f.stat()

@@ -328,11 +328,6 @@ class Config:
     def db_path(self) -> Path:
         return self.state_dir / "docinbox.sqlite3"
 
-    @property
-    def db_wait_ms(self) -> int:
-        """SQLite's busy timeout for every connection to the state database."""
-        return round(self.limits.database_wait_seconds * 1000)
-
     def page_options_for(self, inbox: InboxConfig | None) -> PageOptions:
         """Page options for a document from `inbox` (None: the engine block's own values)."""
         return page_options_for(self, inbox)

@@ -91,7 +91,7 @@ def connect(
     else:
         conn = sqlite3.connect(str(path), isolation_level=None, timeout=busy_ms / 1000)
     conn.row_factory = sqlite3.Row
-    conn.execute(f"PRAGMA busy_timeout={int(busy_ms)}")
+    conn.execute(f"PRAGMA busy_timeout={busy_ms}")
     if not readonly:
         # Before WAL: on a new, empty file it takes effect at once; an older file is
         # rebuilt with it once (Database._compact_once).
@@ -261,7 +261,7 @@ class Database:
                     _, frames, moved = self.conn.execute(
                         "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         finally:
-            self.conn.execute(f"PRAGMA busy_timeout={int(self.busy_ms)}")
+            self.conn.execute(f"PRAGMA busy_timeout={self.busy_ms}")
         return Checkpoint(truncated=truncated, frames=frames, moved=moved)
 
     def schema_version(self) -> int:

@@ -17,6 +17,8 @@ all SQL of the daemon stays in this package:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from daemon.jobs.db import (
     BUSY_TIMEOUT_MS,
     SchemaError,
@@ -70,5 +72,16 @@ __all__ = [
 ]
 
 
+if TYPE_CHECKING:
+    from daemon.config.settings import Config
+
+
 class Store(JobRecords, PageRecords, EventRecords):
     """The database of one daemon (or a reader of it: `readonly`)."""
+
+    @classmethod
+    def of(cls, cfg: Config, *, readonly: bool = False) -> Store:
+        """The store of `cfg`'s state_dir, its writes waiting limits.database_wait_seconds
+        for another process's lock."""
+        wait_ms = round(cfg.limits.database_wait_seconds * 1000)
+        return cls(cfg.db_path, readonly=readonly, busy_ms=wait_ms)

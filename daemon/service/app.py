@@ -149,7 +149,7 @@ class Daemon:
     def start(self, now: float) -> None:
         self.lock.acquire()
         tighten_state_dir(self.cfg.state_dir)
-        self.store = Store(self.cfg.db_path, busy_ms=self.cfg.db_wait_ms)
+        self.store = Store.of(self.cfg)
         recovered = self.store.recover_running(self.wall())
         if recovered:
             log.warning(

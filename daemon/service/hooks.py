@@ -498,8 +498,8 @@ class HookService:
             prev = old.pop(name, None)
             if prev is not None:
                 prev.stop(abandon=False)
-            lane = Lane(sender, lambda: Store(cfg.db_path, busy_ms=cfg.db_wait_ms), cfg.hooks,
-                        wall=self.wall, rand=self.rand, predecessor=prev)
+            lane = Lane(sender, lambda: Store.of(cfg), cfg.hooks, wall=self.wall,
+                        rand=self.rand, predecessor=prev)
             self.lanes[name] = lane
             lane.start()
         for lane in old.values():

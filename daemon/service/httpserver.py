@@ -151,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _document(self, job_id: int, content_list: bool) -> None:
         cfg = self.server.source.cfg
-        store = Store(cfg.db_path, readonly=True, busy_ms=cfg.db_wait_ms)
+        store = Store.of(cfg, readonly=True)
         try:
             job = store.job(job_id)
         finally:

@@ -563,7 +563,7 @@ def collect(
     own = store is None
     try:
         if store is None:
-            store = Store(cfg.db_path, readonly=True, busy_ms=cfg.db_wait_ms)
+            store = Store.of(cfg, readonly=True)
     except sqlite3.Error as exc:
         store_error = f"cannot open {cfg.db_path}: {exc}"
     else:
