@@ -13,6 +13,7 @@ the bf16 linears move the tower far more than the attention kernel does.
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -187,15 +188,13 @@ def test_the_kernels_are_timed_on_the_layout_the_tower_hands_them() -> None:
     assert all(t.shape == (heads, patches, head_dim) for t in layout)
 
 
-def test_the_loader_names_the_kernel_its_tower_runs(tmp_path: Any) -> None:
+def test_the_loader_names_the_kernel_its_tower_runs(tiny_model: Path) -> None:
     """load_model times both kernels for the tower's dtype and head size, keeps the faster,
     and says which; the decoder keeps its own (grouped SDPA, decoder_attention.py), never
     the tower's kernel."""
     from daemon.engines.mineru.runtimes.transformers_model import load_model
-    from tests.tinymodel import tiny_model_once
 
-    folder = tiny_model_once(tmp_path / "tiny")
-    loaded = load_model(str(folder), None, precision="bf16")
+    loaded = load_model(str(tiny_model), None, precision="bf16")
     kernel = loaded.details["vision_attention"]
     assert kernel in ("sdpa", "chunked")
     visual = loaded.model.model.visual
