@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from daemon.engines.mineru.runtimes.packed_linear import pack_weight, packed_linear
+
 # From this many rows on (a prefill, not a decode step) a call dequantises the weight and
 # runs a dense GEMM: the int8 kernel is a matrix-vector kernel whose cost grows linearly with
 # rows (1,024 rows x 4,864 x 896: 322 ms against 27 ms for bf16 GEMM on AMX).
@@ -194,6 +196,18 @@ class KeptHead(KeepsDtype):
         self.register_buffer("weight", weight)
         self.register_buffer("bias", None if bias is None else bias.detach().to(weight.dtype))
         self.widen_rows = widen_rows and weight.dtype != torch.float32
+        # oneDNN's blocked copy of the weight (packed_linear), where the loader made one.
+        self.packed: torch.Tensor | None = None
+
+    def pack(self) -> bool:
+        """Keep a copy of the weight in oneDNN's blocked layout and compute with it; whether
+        one was made. Where bf16 is native only (the loader's call): one row took 11.5-14
+        ms instead of 21-23 on Zen 4, the same bits. The plain weight stays, for the tied
+        embeddings' lookups: the copy costs the head's size again (272 MB for MinerU2.5)."""
+        if self.widen_rows:
+            return False
+        self.packed = pack_weight(self.weight, rows_hint=8)
+        return self.packed is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # Always as 2-D rows. A prefill asks for the last position's logits only
@@ -205,6 +219,9 @@ class KeptHead(KeepsDtype):
         # short block's whole prompt. The decode loop prefills every row alone, so a page
         # paid it ~18 times (docs/benchmarks.md, 2026-12-07). As rows: ~20 ms, same values.
         rows = x.reshape(-1, self.in_features)
+        if self.packed is not None:
+            scored = packed_linear(rows.to(self.weight.dtype), self.packed, self.bias)
+            return scored.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
         if not self.widen_rows or rows.shape[0] == 1:
             y: torch.Tensor = F.linear(rows.to(self.weight.dtype), self.weight, self.bias)
             return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
@@ -219,6 +236,7 @@ class KeptHead(KeepsDtype):
 
     def extra_repr(self) -> str:
         widened = ", several rows widened to fp32" if self.widen_rows else ""
+        widened += ", packed" if self.packed is not None else ""
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"{self.weight.dtype}{widened}"

@@ -344,6 +344,8 @@ def load_model(
 
     import torch
 
+    from daemon.engines.mineru.runtimes.packed_linear import pack_model
+
     n_threads = resolve_threads(threads)
     torch.set_num_threads(n_threads)
 
@@ -373,6 +375,7 @@ def load_model(
         cast_in_chunks(qwen.model.visual, vision_dtype)
     gc.collect()
     use_inplace_quick_gelu(qwen.model.visual)
+    packed = pack_model(qwen.model.visual, qwen.lm_head) if native_bf16() else "none"
     attention = use_fastest_attention(qwen.model.visual)  # chunked GEMMs where SDPA is slow
     # The decode loop's verify passes: grouped heads without copying the cache 7 times.
     grouped = use_grouped_attention(qwen.model.language_model.config)
@@ -393,6 +396,7 @@ def load_model(
         details={
             "vision_attention": attention.kernel,
             "decoder_attention": "grouped" if grouped else "stock",
+            "packed_weights": packed,
         },
     )
 
