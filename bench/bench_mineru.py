@@ -189,6 +189,13 @@ def _parser() -> argparse.ArgumentParser:
         help="auto-loop, auto-drafted: `positions` replaces the int8 decoder's pass scheduler "
         "(AVX2) with the position budget, to time what the scheduler buys",
     )
+    parser.add_argument(
+        "--packing",
+        choices=("default", "off"),
+        default="default",
+        help="engine paths: `off` keeps the bf16 weights unpacked (plain F.linear), to time "
+        "what packing them (runtimes/packed_linear.py) buys",
+    )
     parser.add_argument("--paths", help="comma-separated, in order (default: per mode)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--timeout", type=float, default=5400.0, help="per path, seconds")
@@ -235,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch_size": args.batch_size,
         "page_batch": args.page_batch,
         "drafts": args.drafts,
+        "packing": args.packing,
         "token_scale": args.token_scale,
         "plan": plans["plan"],
         "documents": plans.get("documents", []),

@@ -151,6 +151,12 @@ def _engine_page(spec: dict[str, Any], image: Any, probe: Any, record: dict[str,
 
         runtime.INT8_SCHEDULED.clear()
     record["drafts"] = spec.get("drafts", "default")
+    if spec.get("packing") == "off":
+        # load_model looks pack_model up at load time: this keeps every weight unpacked.
+        from daemon.engines.mineru.runtimes import packed_linear
+
+        packed_linear.pack_model = lambda *_parts: "none"
+    record["packing"] = spec.get("packing", "default")
     engine = MinerUEngine(_engine_config(spec, precision, text_layer, decode=decode))
     t_load = time.monotonic()
     info = engine.load()
