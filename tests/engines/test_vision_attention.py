@@ -19,14 +19,18 @@ from typing import Any
 import pytest
 import torch
 
+from daemon.engines.mineru.runtimes import vision_attention
 from daemon.engines.mineru.runtimes.decoder_attention import ATTENTION_NAME as DECODER_ATTENTION
 from daemon.engines.mineru.runtimes.vision_attention import (
     ATTENTION_NAME,
     MARGIN,
+    PROBE_NORMS,
     SCRATCH_BYTES,
+    SHIFTS,
     choose_kernel,
     chunk_rows,
     chunked_attention_forward,
+    probe_keys,
     query_chunked_attention,
     tower_layout,
     use_chunked_attention,
@@ -64,6 +68,50 @@ def test_bf16_moves_one_call_at_most_twice_what_bf16_sdpa_does(sharpness: float)
     got = query_chunked_attention(q, k, v, HEAD_DIM**-0.5)
     assert got.dtype == torch.bfloat16
     assert (got.float() - exact).abs().max().item() <= 2 * sdpa_error
+
+
+def test_rows_whose_maximum_the_probe_misses_are_shifted_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bf16 logits are shifted by each row's maximum over a probe of the keys. Here every
+    query's weight lies on seven keys the probe does not hold (not every 8th, not the
+    largest norms): each row is shifted again by its full maximum and stays within twice
+    bf16 SDPA's error; without that second shift it would be ~9x SDPA's."""
+    generator = torch.Generator().manual_seed(3)
+    patches = 1_500
+    k = torch.randn(patches, HEAD_DIM, generator=generator)
+    k[100:140] *= 1.6  # the largest norms, in random directions
+    u = torch.randn(HEAD_DIM, generator=generator)
+    u /= u.norm()
+    k[1:8] = u * 9.5 + 0.3 * torch.randn(7, HEAD_DIM, generator=generator)
+    q = torch.randn(patches, HEAD_DIM, generator=generator) * 0.5 + u * 12.0
+    v = torch.randn(patches, HEAD_DIM, generator=generator)
+    q, k, v = (t[None].bfloat16() for t in (q, k, v))
+    exact = sdpa(q.float(), k.float(), v.float())
+    sdpa_error = (sdpa(q, k, v).float() - exact).abs().max().item()
+
+    def error() -> tuple[float, int]:
+        SHIFTS.rows = SHIFTS.reshifted = 0
+        got = query_chunked_attention(q, k, v, HEAD_DIM**-0.5)
+        return (got.float() - exact).abs().max().item(), SHIFTS.reshifted
+
+    shifted_again, reshifted = error()
+    assert reshifted == patches and shifted_again <= 2 * sdpa_error
+    monkeypatch.setattr(vision_attention, "SHIFT_SLACK", float("inf"))
+    unshifted, reshifted = error()
+    assert reshifted == 0 and unshifted > 4 * sdpa_error
+
+
+def test_the_probe_holds_every_eighth_key_and_the_largest() -> None:
+    generator = torch.Generator().manual_seed(4)
+    k = torch.randn(1_000, HEAD_DIM, generator=generator)
+    k[501] *= 10  # the largest norm, off the stride
+    probe = probe_keys(k)
+    assert probe.shape == (HEAD_DIM, 125 + PROBE_NORMS)
+    assert torch.equal(probe[:, :125], k[::8].T) and any(
+        torch.equal(probe[:, i], k[501]) for i in range(125, probe.shape[1])
+    )
+    assert torch.equal(probe_keys(k[:40]), k[:40:8].T)  # a small image: the stride alone
 
 
 def test_the_logits_block_is_bounded_on_the_layout_image() -> None:

@@ -14,11 +14,13 @@ SCRATCH_BYTES (10 MB for 512 rows of 4,900 patches in fp32), so the bound holds 
 image size.
 
 bf16 logits would lose what SDPA keeps: a bf16 GEMM rounds its fp32 sums to 8 bits, and
-a logit of 15 then moves by 0.03, a 3 % change of its weight. So in bf16 the block is
-multiplied twice: once for each row's maximum m, then with Q and K widened by one column
-(-m and 1) so the GEMM's fp32 sums give S - m before rounding: the logits that carry the
-weight (near the row's maximum) are then small and keep their accuracy. It costs a third
-GEMM and still runs well ahead of SDPA on Zen 4 (docs/benchmarks.md, 2026-12-05).
+a logit of 15 then moves by 0.03, a 3 % change of its weight. So in bf16 Q and K are
+widened by one column (-m and 1) so the GEMM's fp32 sums give S - m before rounding, m
+near each row's maximum: the logits that carry the weight are then small and keep their
+accuracy. m is the row's maximum over a probe of the keys (1/8 of them, and the largest),
+and a row whose full maximum lies more than SHIFT_SLACK above it is computed again with
+that maximum (2026-12-07, evening: the kernel first took every row's exact maximum with
+a whole extra GEMM, a third of its time; docs/benchmarks.md).
 
 Which kernel a tower uses is chosen at load time (`choose_kernel`): on an AMX CPU torch's
 kernel stays (it runs on AMX tiles, 172 ms a layer); elsewhere both are timed once on the
@@ -56,6 +58,15 @@ SCRATCH_BYTES = 16 * 1024 * 1024
 # Query rows per block: measured on Zen 4 (bench/bench_kernels.py vision-attention), 256
 # to 512 rows of one head were fastest; fewer rows make more, smaller GEMMs.
 CHUNK_ROWS = 512
+# bf16 logits are shifted by an estimate of each row's maximum: the maximum over a probe of
+# the keys (probe_keys: every PROBE_STRIDE-th one and the PROBE_NORMS of largest norm), at
+# 1/8 of a full block's GEMM. A row whose maximum lies more than SHIFT_SLACK above its
+# estimate (in scaled logits) is shifted again by its full maximum: within the slack the
+# logits that carry the weight are rounded no worse (2^-9 of their weight: bf16's own step,
+# which the probabilities are rounded to anyway).
+PROBE_STRIDE = 8
+PROBE_NORMS = 16
+SHIFT_SLACK = 1.0
 # The chunked kernel is kept when it is this much faster than SDPA. It was 0.9 ("a near tie
 # is not worth leaving torch's own kernel for"), but on Zen 4 the one-head measure read
 # 0.86-0.95 from start to start, so most starts kept SDPA, and there the whole layout tower
@@ -101,6 +112,33 @@ def chunk_rows(patches: int, itemsize: int, limit: int = CHUNK_ROWS) -> int:
     return max(1, min(limit, SCRATCH_BYTES // max(1, patches * itemsize)))
 
 
+@dataclass
+class ShiftCounts:
+    """Rows of bf16 logits blocks, and how many of them the probe's estimate left too far
+    from their maximum (computed again with the full maximum)."""
+
+    rows: int = 0
+    reshifted: int = 0
+
+
+# Every call's counts, for the benches (a row reshifted costs one row of a GEMM again).
+SHIFTS = ShiftCounts()
+
+
+def probe_keys(key: torch.Tensor, stride: int = PROBE_STRIDE) -> torch.Tensor:
+    """(head_dim, probes): the keys a block's row maxima are estimated against: every
+    `stride`-th patch (neighbouring patches carry similar keys) and the PROBE_NORMS keys of
+    largest norm (a query's largest logit is bounded by its key's norm)."""
+    import torch
+
+    strided = key[::stride]
+    if key.shape[0] <= stride * PROBE_NORMS:
+        return strided.T.contiguous()
+    norms = torch.linalg.vector_norm(key.float(), dim=1)
+    largest = key[norms.topk(PROBE_NORMS).indices]
+    return torch.cat([strided, largest]).T.contiguous()
+
+
 def query_chunked_attention(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -117,27 +155,51 @@ def query_chunked_attention(
     out = torch.empty(heads, patches, head_dim, dtype=query.dtype)
     scratch = torch.empty(min(rows, patches), patches, dtype=query.dtype)
     shifted = query.dtype != torch.float32
+    # In logit units before the scale: how far above zero a shifted row's maximum may lie.
+    slack = SHIFT_SLACK / scale
     for head in range(heads):
         q, k, v = query[head], key[head], value[head]
         if shifted:
-            # The widened operands: a last column of 1 in K, of -max per row in Q.
+            # The widened operands: a last column of 1 in K, of -shift per row in Q.
             k_wide = torch.cat([k, torch.ones(patches, 1, dtype=k.dtype)], dim=1).T
+            k_probe = probe_keys(k)
             q_wide = torch.empty(min(rows, patches), head_dim + 1, dtype=q.dtype)
         for start in range(0, patches, rows):
             stop = min(patches, start + rows)
             logits = scratch[: stop - start]
-            torch.mm(q[start:stop], k.T, out=logits)
-            if shifted:
+            if not shifted:
+                torch.mm(q[start:stop], k.T, out=logits)
+            else:
                 block = q_wide[: stop - start]
                 block[:, :head_dim] = q[start:stop]
-                torch.amax(logits, dim=1, out=block[:, head_dim]).neg_()
+                torch.amax(torch.mm(q[start:stop], k_probe), dim=1, out=block[:, head_dim])
+                block[:, head_dim].neg_()
                 torch.mm(block, k_wide, out=logits)
+                _reshift_far_rows(block, k_wide, logits, slack)
             logits.mul_(scale)
             # In place (torch computes a bf16 softmax in fp32 internally): the block is
             # not allocated again for the probabilities.
             torch._softmax(logits, -1, False, out=logits)
             torch.mm(logits, v, out=out[head, start:stop])
     return out
+
+
+def _reshift_far_rows(
+    block: torch.Tensor, k_wide: torch.Tensor, logits: torch.Tensor, slack: float
+) -> None:
+    """Rows whose shifted maximum lies more than `slack` above zero (the probe missed the
+    key that sets it) are computed again, shifted by their full maximum: a row's logits
+    near its maximum are then as small as if the maximum had been known from the start."""
+    import torch
+
+    above = torch.amax(logits, dim=1)
+    far = torch.nonzero(above > slack).flatten()
+    SHIFTS.rows += logits.shape[0]
+    if far.numel():
+        SHIFTS.reshifted += far.numel()
+        again = block[far]
+        again[:, -1] -= above[far]
+        logits[far] = torch.mm(again, k_wide)
 
 
 def chunked_attention_forward(
