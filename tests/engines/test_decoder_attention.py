@@ -38,7 +38,7 @@ def inputs(
     return query, key, value, mask
 
 
-@pytest.mark.parametrize("positions", [2, 5, 16])
+@pytest.mark.parametrize("positions", [1, 2, 5, 16])
 def test_grouped_heads_give_sdpa_values_in_fp32(positions: int) -> None:
     module = Attention(7)
     query, key, value, mask = inputs(torch.float32, positions)
@@ -48,12 +48,25 @@ def test_grouped_heads_give_sdpa_values_in_fp32(positions: int) -> None:
     torch.testing.assert_close(grouped, stock, rtol=1e-6, atol=1e-6)
 
 
-def test_grouped_heads_in_bf16_within_bf16_rounding() -> None:
+@pytest.mark.parametrize("positions", [1, 4])
+def test_grouped_heads_in_bf16_within_bf16_rounding(positions: int) -> None:
     module = Attention(7)
-    query, key, value, mask = inputs(torch.bfloat16, 4, seed=1)
+    query, key, value, mask = inputs(torch.bfloat16, positions, seed=1)
     stock, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
     grouped, _ = grouped_attention_forward(module, query, key, value, mask, scaling=0.25)
     torch.testing.assert_close(grouped.float(), stock.float(), rtol=0.016, atol=0.016)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_step_without_a_mask_attends_to_the_whole_cache(dtype: torch.dtype) -> None:
+    """A decode step of rows without padding: transformers passes no mask; one position
+    then attends to every cached column, folded as with a mask."""
+    module = Attention(7)
+    query, key, value, _mask = inputs(dtype, 1, seed=2)
+    stock, _ = sdpa_attention_forward(module, query, key, value, None, scaling=0.25)
+    grouped, _ = grouped_attention_forward(module, query, key, value, None, scaling=0.25)
+    tolerance = 1e-6 if dtype == torch.float32 else 0.016
+    torch.testing.assert_close(grouped.float(), stock.float(), rtol=tolerance, atol=tolerance)
 
 
 def test_what_it_does_not_fold_goes_to_transformers_unchanged(
@@ -70,7 +83,7 @@ def test_what_it_does_not_fold_goes_to_transformers_unchanged(
     monkeypatch.setattr(sdpa_module, "sdpa_attention_forward", spy)
     module = Attention(7)
     one = inputs(torch.float32, 1)
-    grouped_attention_forward(module, *one, scaling=0.25)  # one position: transformers packs
+    grouped_attention_forward(module, *one, scaling=0.25)  # one position: folded here too
     query, key, value, _mask = inputs(torch.float32, 3)
     grouped_attention_forward(module, query, key, value, None, scaling=0.25)  # no mask
-    assert calls == [1, 3]
+    assert calls == [3]

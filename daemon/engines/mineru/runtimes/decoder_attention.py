@@ -9,11 +9,16 @@ with 1,300-token prompts that copy and the slower attention cost 111 of a 245 ms
 4 rows x 3 positions on Zen 4 (`bench/profile_page.py verify`, docs/benchmarks.md, 2026-12-07),
 which made drafted passes dear at a page's context.
 
+A bf16 decoder (the `bf16` precision) pays even for one position: torch's bf16 flash kernel
+took 1.44 ms a layer for one row over a 1,300-token cache on Zen 4 (34 of a 107 ms step),
+the same call folded 0.15 ms. So one position is folded here too.
+
 Here the folding is done for any number of positions: query (B, 14, q, d) -> (B, 2, 7q, d),
 the mask's q rows repeated for each of the 7 heads, SDPA over the 2 key/value heads, and the
 output unfolded. Each output row is the same dot products, softmax and weighted sum as
-before (SDPA's rows are independent), on the same tensors. Anything else (one position, no
-mask, long prompts, per-head masks, dropout) goes to transformers' own function unchanged.
+before (SDPA's rows are independent), on the same tensors. Anything else (several positions
+without a mask, long prompts, per-head masks, dropout) goes to transformers' own function
+unchanged.
 """
 
 from __future__ import annotations
@@ -46,13 +51,21 @@ def grouped_attention_forward(
 
     groups = int(getattr(module, "num_key_value_groups", 1))
     batch, heads, positions, dim = query.shape
+    # One position needs no mask where no row is padded (transformers then passes none):
+    # it attends to the whole cache.
+    unmasked_step = positions == 1 and attention_mask is None and not kwargs.get("is_causal")
     folded = (
         groups > 1
-        and 1 < positions <= MAX_POSITIONS
-        and attention_mask is not None
-        and attention_mask.dim() == 4
-        and attention_mask.shape[1] == 1
-        and attention_mask.shape[2] == positions
+        and 1 <= positions <= MAX_POSITIONS
+        and (
+            unmasked_step
+            or (
+                attention_mask is not None
+                and attention_mask.dim() == 4
+                and attention_mask.shape[1] == 1
+                and attention_mask.shape[2] == positions
+            )
+        )
         and not (module.training and dropout)
         and kwargs.get("position_bias") is None
         and kwargs.get("softcap") is None
@@ -65,14 +78,15 @@ def grouped_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
             **kwargs,
         )  # fmt: skip
-    assert attention_mask is not None
     kv_heads = key.shape[1]
     rows = groups * positions
     # Head h = g * groups + r (repeat_kv's order) at position p -> row r * positions + p of
     # key/value head g.
     q = query.reshape(batch, kv_heads, rows, dim)
-    mask = attention_mask.unsqueeze(2).expand(-1, -1, groups, -1, -1)
-    mask = mask.reshape(attention_mask.shape[0], 1, rows, attention_mask.shape[-1])
+    mask = None
+    if attention_mask is not None:
+        mask = attention_mask.unsqueeze(2).expand(-1, -1, groups, -1, -1)
+        mask = mask.reshape(attention_mask.shape[0], 1, rows, attention_mask.shape[-1])
     out = F.scaled_dot_product_attention(q, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(batch, heads, positions, dim).transpose(1, 2).contiguous(), None
 
