@@ -196,6 +196,12 @@ def _parser() -> argparse.ArgumentParser:
         help="engine paths: `off` keeps the bf16 weights unpacked (plain F.linear), to time "
         "what packing them (runtimes/packed_linear.py) buys",
     )
+    parser.add_argument(
+        "--loop-precision",
+        default="auto",
+        help="auto-loop, auto-drafted: the engine's precision (default auto), e.g. bf16 to "
+        "time the loop on a bf16 decoder",
+    )
     parser.add_argument("--paths", help="comma-separated, in order (default: per mode)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--timeout", type=float, default=5400.0, help="per path, seconds")
@@ -243,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "page_batch": args.page_batch,
         "drafts": args.drafts,
         "packing": args.packing,
+        "loop_precision": args.loop_precision,
         "token_scale": args.token_scale,
         "plan": plans["plan"],
         "documents": plans.get("documents", []),

@@ -142,6 +142,8 @@ def _engine_page(spec: dict[str, Any], image: Any, probe: Any, record: dict[str,
     pdf = Path(spec["pdf"]) if spec.get("pdf") else None
     # textlayer: what a user gets by default (precision auto, text_layer auto)
     precision = "auto" if path in ("textlayer", LOOP_PATH, DRAFTED_PATH) else path
+    if path in (LOOP_PATH, DRAFTED_PATH):
+        precision = spec.get("loop_precision", "auto")
     text_layer: TextLayer = "auto" if path == "textlayer" else "off"
     decode = "loop" if path in (LOOP_PATH, DRAFTED_PATH) else "generate"
     if spec.get("drafts") == "positions":

@@ -106,18 +106,30 @@ def test_a_cpu_without_a_bf16_path_keeps_plain_weights() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "True", done.stdout
 
-def test_the_loader_packs_where_bf16_is_native(tiny_model: Path, tmp_path: Path) -> None:
-    """With native bf16 (and oneDNN's bf16 path) the bf16 tower's linears and the int8
-    decoder's bf16 head are packed, and the runtime's details say so; elsewhere nothing is."""
+@pytest.mark.parametrize(
+    ("precision", "parts"), [("bf16-int8", "vision+head"), ("bf16", "vision+decoder+head")]
+)
+def test_the_loader_packs_where_bf16_is_native(
+    tiny_model: Path, tmp_path: Path, precision: str, parts: str
+) -> None:
+    """With native bf16 (and oneDNN's bf16 path) the bf16 tower's linears, a bf16
+    decoder's and the head are packed, and the runtime's details say so; elsewhere nothing
+    is."""
     from daemon.engines.mineru.runtimes.transformers_model import load_model
 
-    loaded = load_model(str(tiny_model), None, "bf16-int8", decoder_cache=tmp_path / "c")
-    visual: Any = loaded.model.model.visual
+    loaded = load_model(str(tiny_model), None, precision, decoder_cache=tmp_path / "c")
+    qwen: Any = loaded.model
+    visual = qwen.model.visual
     packed = native_bf16() and pack_weight(torch.ones(16, 16, dtype=torch.bfloat16)) is not None
-    assert loaded.details["packed_weights"] == ("vision+head" if packed else "none")
-    linears = [m for m in visual.modules() if isinstance(m, nn.Linear | PackedLinear)]
-    assert linears and all(isinstance(m, PackedLinear) == packed for m in linears)
-    assert (loaded.model.lm_head.packed is not None) == packed
+    assert loaded.details["packed_weights"] == (parts if packed else "none")
+    for module in (visual, qwen.model.language_model) if precision == "bf16" else (visual,):
+        linears = [m for m in module.modules() if isinstance(m, nn.Linear | PackedLinear)]
+        assert linears and all(isinstance(m, PackedLinear) == packed for m in linears)
+    head = qwen.lm_head
+    assert (isinstance(head, PackedLinear) or getattr(head, "packed", None) is not None) == packed
+    # The tied embeddings still look tokens up from the plain matrix.
+    ids = torch.tensor([[1, 2, 3]])
+    assert qwen.model.language_model.embed_tokens(ids).shape[-1] == head.in_features
     assert visual.get_dtype() == torch.bfloat16
     # The packed tower runs: one small image through it.
     grid = torch.tensor([[1, 4, 4]])

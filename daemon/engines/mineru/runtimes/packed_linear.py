@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -117,20 +118,32 @@ def pack_linears(module: nn.Module, rows_hint: int = 1, release: Release | None 
     return swapped
 
 
-def pack_model(visual: nn.Module, head: nn.Module, release: Release | None = None) -> str:
-    """Pack the bf16 vision tower's linears and a KeptHead's weight (the loader's call,
-    where bf16 is native); what was packed, for the runtime's details."""
+def pack_model(qwen: nn.Module, release: Release | None = None) -> str:
+    """Pack a loaded Qwen2-VL's bf16 weights (the loader's call, where bf16 is native): the
+    vision tower's linears, a bf16 decoder's linears (the `bf16` precision; the int8
+    recipe's layers are not nn.Linear) and the head, plain or the int8 recipe's KeptHead.
+    What was packed, for the runtime's details ("vision+head", ...; "none")."""
+    model: Any = qwen  # transformers' class: its submodules by name
     parts = []
-    if pack_linears(visual, rows_hint=1024, release=release):
+    if pack_linears(model.model.visual, rows_hint=1024, release=release):
         parts.append("vision")
-    # KeptHead.pack (int8_linear imports this module, so it is looked up, not imported).
-    pack: Callable[[], bool] | None = getattr(head, "pack", None)
-    if pack is not None and pack():
+    if pack_linears(model.model.language_model, rows_hint=8, release=release):
+        parts.append("decoder")
+    head = model.lm_head
+    weight: torch.Tensor = head.weight
+    if type(head) is nn.Linear:
+        packed = pack_weight(weight, rows_hint=8)
+        if packed is not None:
+            model.lm_head = PackedLinear(packed, head.bias)
+        packed_head = packed is not None
+    else:
+        pack = getattr(head, "pack", None)  # KeptHead.pack (int8_linear imports this module)
+        packed_head = callable(pack) and bool(pack())
+    if packed_head:
         parts.append("head")
         # The plain weight stays for the tied embeddings' lookups, which read a few rows a
-        # step: where it lies in a file mapping (the checkpoint, the int8 decoder cache) its
-        # pages come back one lookup at a time instead of staying resident, all 272 MB.
-        weight: torch.Tensor = getattr(head, "weight")  # noqa: B009 (nn.Module's Any)
+        # step: where it lies in a file mapping (the checkpoint, the int8 decoder cache)
+        # its pages come back one lookup at a time instead of staying resident, all 272 MB.
         if release is not None:
             release([(weight.data_ptr(), weight.untyped_storage().nbytes())])
     return "+".join(parts) or "none"

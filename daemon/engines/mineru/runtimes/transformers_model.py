@@ -375,7 +375,7 @@ def load_model(
         cast_in_chunks(qwen.model.visual, vision_dtype)
     gc.collect()
     use_inplace_quick_gelu(qwen.model.visual)
-    packed = pack_model(qwen.model.visual, qwen.lm_head, release) if native_bf16() else "none"
+    packed = pack_model(qwen, release) if native_bf16() else "none"
     attention = use_fastest_attention(qwen.model.visual)  # chunked GEMMs where SDPA is slow
     # The decode loop's verify passes: grouped heads without copying the cache 7 times.
     grouped = use_grouped_attention(qwen.model.language_model.config)
