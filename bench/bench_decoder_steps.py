@@ -44,8 +44,8 @@ KINDS: dict[str, tuple[str, str, str | None]] = {
 
 
 def variant(base: Any, kind: str) -> Any:
+    from daemon.common.cpus import native_bf16
     from daemon.engines.mineru.runtimes.decoder_precision import CAUSAL_LM, prepare_decoder
-    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
 
     model = copy.deepcopy(base)
     recipe, activations, head = KINDS[kind]

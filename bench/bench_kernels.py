@@ -241,7 +241,7 @@ def int8_layers(torch: Any, F: Any) -> None:
 
 
 def vision_attention(torch: Any, F: Any) -> None:
-    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
+    from daemon.common.cpus import native_bf16
     from daemon.engines.mineru.runtimes.vision_attention import query_chunked_attention
 
     head_dim = VISION_HIDDEN // VISION_HEADS

@@ -90,7 +90,8 @@ def machine_facts() -> dict[str, Any]:
     except OSError:
         pass
     sys.path.insert(0, str(REPO))
-    from daemon.engines.mineru.runtimes.transformers_model import auto_precision, cpu_flags
+    from daemon.common.cpus import cpu_flags
+    from daemon.engines.mineru.runtimes.transformers_model import auto_precision
 
     flags = cpu_flags()
     facts["flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))

@@ -161,7 +161,7 @@ def variants() -> list[Variant]:
     """Every decoder the engine can run, plus bench-only neighbours of the int8 recipe: its
     prefill in fp32 (what a CPU without bf16 units runs), its head quantised too (the recipe
     before the head was kept in bf16), its kernel fed fp32 activations (exact but slow)."""
-    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
+    from daemon.common.cpus import native_bf16
 
     dense = "bfloat16" if native_bf16() else "float32"
     return [
@@ -178,15 +178,16 @@ def variants() -> list[Variant]:
 def auto_variants() -> list[Variant]:
     """The decoders `auto` can pick on this machine: natively, and under torch's AVX2 caps
     (a user may set them), which change the dense GEMM dtype of the prefill."""
+    from daemon.common.cpus import cpu_flags
     from daemon.engines.mineru.runtimes.decoder_precision import PRECISIONS
-    from daemon.engines.mineru.runtimes.transformers_model import auto_precision, cpu_flags
+    from daemon.engines.mineru.runtimes.transformers_model import auto_precision
 
     flags = cpu_flags()
     capped = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
     found: dict[tuple[str, str], Variant] = {}
     for env in ({}, capped):
         precision = PRECISIONS[auto_precision(flags, env)]
-        from daemon.engines.mineru.runtimes.transformers_model import native_bf16
+        from daemon.common.cpus import native_bf16
 
         dense = "bfloat16" if native_bf16(flags, env) else "float32"
         # The prefill GEMM dtype only differs for the int8 recipe.

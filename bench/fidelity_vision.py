@@ -588,8 +588,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    from daemon.common.cpus import cpu_flags
     from daemon.engines.mineru.runtimes.int8_vision import OUTLIER_FRACTION, OUTLIER_RATIO
-    from daemon.engines.mineru.runtimes.transformers_model import cpu_flags
 
     outliers = (args.outlier_ratio or OUTLIER_RATIO, args.outlier_fraction or OUTLIER_FRACTION)
     base = load_focus_vit()

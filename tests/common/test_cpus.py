@@ -47,7 +47,8 @@ ZEN4 = {"sse2", "sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_bf16"}
 
 
 def test_auto_precision_on_the_sse42_class_emulates_no_bf16() -> None:
-    from daemon.engines.mineru.runtimes.transformers_model import auto_precision, native_bf16
+    from daemon.common.cpus import native_bf16
+    from daemon.engines.mineru.runtimes.transformers_model import auto_precision
 
     celeron = {"sse2", "ssse3", "sse4_1", "sse4_2", "aes"}
     assert auto_precision(celeron, env={}) == "fp32"
@@ -55,7 +56,7 @@ def test_auto_precision_on_the_sse42_class_emulates_no_bf16() -> None:
     assert not native_bf16(ZEN4, env=SSE42_CAPS)
     assert auto_precision(ZEN4, env=SSE42_CAPS) == "fp32"
     assert auto_precision(ZEN4, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "int8"
-    assert auto_precision(ZEN4, env={}) == "bf16-int8"
+    assert auto_precision(ZEN4, env={}) == "bf16"
     # Not x86, or nothing known: not judged by x86 flags.
     assert auto_precision({"fp", "asimd", "asimddp"}, env={}) == "int8"
     assert auto_precision(set(), env={}) == "int8"

@@ -361,9 +361,9 @@ def test_missing_weights_offline_fail_fast_with_the_pull_hint(
 
 
 def test_auto_precision_follows_cpu_flags() -> None:
-    # The weight-only int8 decoder everywhere (it passes the fidelity gate); bf16 vision
-    # where the CPU computes bf16 natively, fp32 vision elsewhere.
-    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16-int8"
+    # bf16 (packed) where bf16 is native without AMX; the weight-only int8 decoder
+    # elsewhere, bf16 vision on AMX, fp32 vision without native bf16.
+    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16"
     assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16-int8"
     assert auto_precision({"avx2", "fma"}, env={}) == "int8"
     assert auto_precision(set(), env={}) == "int8"
@@ -372,6 +372,7 @@ def test_auto_precision_follows_cpu_flags() -> None:
     assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "int8"
     assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "int8"
     assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16-int8"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}) == "bf16"
     for flags in ({"avx2"}, amx):
         assert auto_precision(flags, env={}) not in LOSSY_PRECISIONS
 
@@ -484,7 +485,13 @@ def test_bf16_checkpoint_is_loaded_as_bf16_then_upcast_exactly(
     # pages as it goes (cast_in_chunks), and no value may change on the way.
     want = ref.state_dict()
     compared = 0
-    for name, tensor in loaded.model.state_dict().items():
+    # Weights packed for oneDNN (packed_linear.py, native bf16 only) are no state: unpacked.
+    packed = {
+        f"{name}.weight": module.packed.to_dense()
+        for name, module in loaded.model.named_modules()
+        if isinstance(getattr(module, "packed", None), torch.Tensor)
+    }
+    for name, tensor in {**loaded.model.state_dict(), **packed}.items():
         if not torch.is_tensor(tensor) or not tensor.is_floating_point() or name not in want:
             continue  # int8's packed weights and scales have no bf16 counterpart
         assert torch.equal(tensor.float(), want[name].float()), name
@@ -591,7 +598,7 @@ def test_int8_keeps_a_tied_head_in_bf16_shared_with_the_embeddings(
     assert not layers, "every decoder layer is int8"
     assert any(isinstance(m, Int8WeightOnlyLinear) for m in qwen.modules())
     # Where bf16 is emulated, several rows go through the widened path (next test).
-    from daemon.engines.mineru.runtimes.transformers_model import native_bf16
+    from daemon.common.cpus import native_bf16
 
     assert head.widen_rows == (not native_bf16())
 

@@ -12,13 +12,13 @@ import pytest
 import torch
 from torch import nn
 
+from daemon.common.cpus import native_bf16
 from daemon.engines.mineru.runtimes.int8_linear import KeptHead
 from daemon.engines.mineru.runtimes.packed_linear import (
     PackedLinear,
     pack_linears,
     pack_weight,
 )
-from daemon.engines.mineru.runtimes.transformers_model import native_bf16
 
 REPO = Path(__file__).resolve().parents[2]
 

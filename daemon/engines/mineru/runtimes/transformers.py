@@ -157,7 +157,7 @@ class DraftBudget:
 
 
 # From what a verify pass costs on a Zen 4 CPU (docs/benchmarks.md, 2026-12-05):
-# - the weight-only int8 decoder (`int8`, `bf16-int8`: what `auto` picks) runs a kernel whose
+# - the weight-only int8 decoder (`int8`, `bf16-int8`: `auto` on AMX, AVX2) runs a kernel whose
 #   cost grows with rows x (1 + K): one row pays 1.2x a step for K = 1-2 and 1.6x for K = 4,
 #   a batch of 4 already 2x at K = 1, and from 32 positions int8_linear falls back to a dense
 #   GEMM dearer than bf16's. So K <= 4, and 12 positions a pass: K = 4 for 1-2 rows, 2 for 4

@@ -27,8 +27,7 @@ where the fidelity bench applies the same code to other decoders), and what each
   int8 (activations quantised with one scale per tensor). LOSSY: it changes tokens on real
   trained weights; selectable by name only, and a warning is logged when it is chosen.
 - ``auto``: among the precisions that pass the fidelity gate, the one measured fastest for
-  this CPU class (docs/benchmarks.md): ``bf16`` where bf16 is native, ``mixed`` elsewhere
-  (AVX2: bf16 is emulated there and its vision tower ~4x slower than fp32). torch's ISA
+  this CPU class (docs/benchmarks.md; `auto_precision` says which and why). torch's ISA
   caps count as "not native".
 
 An int8 decoder is prepared once per checkpoint revision, torch version and recipe and kept
@@ -50,8 +49,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
+from daemon.common.cpus import amx_tiles, cpu_flags, native_bf16, resolve_threads, vector_int8
 from daemon.common.cpus import isa_caps as isa_caps  # re-exported: the benches read it here
-from daemon.common.cpus import resolve_threads
 from daemon.common.errors import EngineUnavailable
 from daemon.config.settings import EngineConfig
 from daemon.config.settings import Precision as PrecisionName
@@ -186,84 +185,34 @@ def _check_complete(folder: Path, model: str) -> None:
         )
 
 
-def cpu_flags() -> set[str]:
-    """x86 feature flags from /proc/cpuinfo (empty where it does not exist, e.g. macOS)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.partition(":")[2].split())
-    return set()
-
-
-# Values of torch's own ISA caps under which it no longer uses native bf16 instructions.
-_ATEN_NO_BF16 = {"default", "avx2"}
-_ONEDNN_NO_BF16 = {"sse41", "avx", "avx2", "avx2_vnni", "avx512_core", "avx512_core_vnni"}
-
-
-def native_bf16(
-    flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
-) -> bool:
-    """Whether torch computes bf16 natively here (AVX512_BF16 or AMX, and not capped).
-
-    torch's ISA caps count: with ATEN_CPU_CAPABILITY=avx2 or ONEDNN_MAX_CPU_ISA=AVX2 (set by
-    a user to work around a kernel bug, or to reproduce an AVX2 box) torch emulates bf16
-    even on an AMX CPU, and bf16 is then the slowest choice.
-    """
-    flags = cpu_flags() if flags is None else flags
-    env = os.environ if env is None else env
-    if env.get("ATEN_CPU_CAPABILITY", "").lower() in _ATEN_NO_BF16:
-        return False
-    if env.get("ONEDNN_MAX_CPU_ISA", "").lower() in _ONEDNN_NO_BF16:
-        return False
-    return bool({"avx512_bf16", "amx_bf16"} & flags)
-
-
-def vector_int8(
-    flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
-) -> bool:
-    """Whether torch's weight-only int8 kernel (`_weight_int8pack_mm`) is vectorised here.
-
-    On x86 it is from AVX2 on. Below that (the SSE4.2-only class: Celeron J4125/N5105, or
-    ATEN_CPU_CAPABILITY=default, which /proc/cpuinfo does not show) it runs scalar code:
-    one decode step of MinerU's decoder (24 layers, one row, one thread, torch 2.13,
-    capped to SSE4.2 on an EPYC) took 872 ms in int8 with bf16 activations, 657 ms with
-    fp32 ones, and 268 ms as a dense fp32 GEMM; at 4 rows 2,954 ms against 351 ms. Other
-    architectures (arm64) and unknown CPUs are not judged here: they keep int8.
-    """
-    flags = cpu_flags() if flags is None else flags
-    env = os.environ if env is None else env
-    if env.get("ATEN_CPU_CAPABILITY", "").lower() == "default":
-        return False
-    x86 = bool({"sse2", "sse4_2"} & flags)
-    return not x86 or "avx2" in flags
-
-
 def auto_precision(
     flags: set[str] | None = None, env: dict[str, str] | os._Environ[str] | None = None
 ) -> str:
     """The fastest measured combination for this CPU class (docs/benchmarks.md), among the
     precisions that pass the fidelity gate (never a lossy one).
 
-    The decoder is the weight-only int8 one everywhere: it passes the gate and reads half
-    of bf16's bytes per token (on the realistic page with native bf16: 78 s against bf16's
-    93 s; with bf16 emulated its steps cost 0.6x bf16's at 1-8 rows). The vision tower is
-    compute-bound: bf16 where the CPU has bf16 units (`bf16-int8`), fp32 where bf16 would
-    be emulated (`int8`).
+    AVX512_BF16 without AMX (AMD Zen 4/5): `bf16`, the checkpoint's own numerics, its
+    weights packed for oneDNN (packed_linear.py). Packed, a bf16 decode step reads its
+    weights at ~23 GB/s, a verify pass of several positions costs little more than a step
+    (where torch's int8 kernel grows with positions), and prefills need no per-call
+    dequantisation: the realistic page in the decode loop 110.0 s against `bf16-int8`'s
+    118.6 (Zen 4, alone, 2026-12-07), at +340 MB of peak RSS.
 
-    AVX512_BF16 without AMX (AMD Zen 4) stays `bf16-int8` though the fp32 tower measured
-    faster on an Intel CPU capped to that instruction set (75 s against 90 s on the realistic
-    page): torch's fp32 GEMMs are MKL's, whose code path on AMD CPUs is not the one measured.
+    AMX (not measured since the packing) and AVX512_BF16 capped to it keep `bf16-int8`: the
+    weight-only int8 decoder reads half of bf16's bytes per token (on the realistic page
+    with AMX, unpacked: 78 s against bf16's 93 s). The vision tower is compute-bound: bf16
+    where the CPU has bf16 units, fp32 where bf16 would be emulated (`int8`: the int8
+    decoder's steps cost 0.6x bf16's at 1-8 rows there).
 
     Without a vectorised int8 kernel (the SSE4.2-only class, see `vector_int8`) it is
     `fp32`: no bf16 anywhere (it would be emulated) and a dense fp32 decoder, 3x faster per
     decode step than the scalar int8 kernel there, at ~1.5 GB more memory than `int8` (set
     `precision: int8` on a box short of memory and long on patience).
     """
+    flags = cpu_flags() if flags is None else flags
+    env = os.environ if env is None else env
     if native_bf16(flags, env):
-        return "bf16-int8"
+        return "bf16-int8" if amx_tiles(flags, env) else "bf16"
     return "int8" if vector_int8(flags, env) else "fp32"
 
 
