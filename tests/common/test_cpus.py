@@ -62,6 +62,26 @@ def test_auto_precision_on_the_sse42_class_emulates_no_bf16() -> None:
     assert auto_precision(set(), env={}) == "int8"
 
 
+def test_auto_precision_follows_cpu_flags() -> None:
+    from daemon.config.settings import LOSSY_PRECISIONS
+    from daemon.engines.mineru.runtimes.transformers_model import auto_precision
+
+    # bf16 (packed) where bf16 is native without AMX; the weight-only int8 decoder
+    # elsewhere, bf16 vision on AMX, fp32 vision without native bf16.
+    assert auto_precision({"avx2", "avx512_bf16"}, env={}) == "bf16"
+    assert auto_precision({"avx2", "amx_bf16"}, env={}) == "bf16-int8"
+    assert auto_precision({"avx2", "fma"}, env={}) == "int8"
+    assert auto_precision(set(), env={}) == "int8"
+    # torch capped below native bf16 emulates it: then int8, whatever the CPU has
+    amx = {"avx2", "avx512_bf16", "amx_bf16"}
+    assert auto_precision(amx, env={"ATEN_CPU_CAPABILITY": "avx2"}) == "int8"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX2"}) == "int8"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "bf16-int8"
+    assert auto_precision(amx, env={"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}) == "bf16"
+    for flags in ({"avx2"}, amx):
+        assert auto_precision(flags, env={}) not in LOSSY_PRECISIONS
+
+
 _LOAD_AND_PARSE = """
 import json, sys
 from PIL import Image
