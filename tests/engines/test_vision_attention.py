@@ -32,6 +32,7 @@ from daemon.engines.mineru.runtimes.vision_attention import (
     chunked_attention_forward,
     probe_keys,
     query_chunked_attention,
+    row_maxima_above_zero,
     tower_layout,
     use_chunked_attention,
     use_one_pass_rotary,
@@ -100,6 +101,28 @@ def test_rows_whose_maximum_the_probe_misses_are_shifted_again(
     monkeypatch.setattr(vision_attention, "SHIFT_SLACK", float("inf"))
     unshifted, reshifted = error()
     assert reshifted == 0 and unshifted > 4 * sdpa_error
+
+
+def test_row_maxima_read_as_int16_are_the_positive_maxima() -> None:
+    """The reshift check reads bf16 logits as int16: every row with a positive entry gets
+    its exact maximum; a row with none gets a value no positive slack exceeds (all-negative
+    rows, zeros of both signs, the smallest subnormal, infinities)."""
+    generator = torch.Generator().manual_seed(5)
+    logits = (torch.randn(64, 300, generator=generator) * 8).bfloat16()
+    logits[:8] = -logits[:8].abs()  # no positive entry
+    logits[8, :] = -0.0
+    logits[9, :] = 0.0
+    logits[10, 7] = float("inf")
+    logits[11, 3] = float("-inf")
+    logits[12] = -logits[12].abs()
+    logits[12, 5] = torch.finfo(torch.bfloat16).smallest_normal / 4  # a subnormal
+    got = row_maxima_above_zero(logits)
+    exact = torch.amax(logits, dim=1)
+    positive = exact > 0
+    assert int(positive.sum()) == 64 - 10  # rows 0-7 (negative), 8 and 9 (zeros)
+    assert torch.equal(got[positive], exact[positive])
+    assert bool((got[~positive] <= 0).all())
+    assert torch.equal(row_maxima_above_zero(logits.float()), exact.float())
 
 
 def test_the_probe_holds_every_eighth_key_and_the_largest() -> None:
