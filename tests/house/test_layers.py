@@ -107,6 +107,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.mineru.runtimes.vision_attention": (30, "worker"),
     "daemon.engines.mineru.runtimes.decoder_attention": (30, "worker"),
     "daemon.engines.mineru.runtimes.packed_linear": (30, "worker"),
+    "daemon.engines.mineru.runtimes.model_thread": (30, "worker"),
     "daemon.engines.mineru.runtimes.decoder_precision": (30, "worker"),
     "daemon.engines.mineru.runtimes.transformers_model": (30, "worker"),
     "daemon.engines.mineru.runtimes.transformers": (30, "worker"),

@@ -26,6 +26,7 @@ from daemon.engines.mineru.runtimes.base import (
     RuntimeInfo,
     open_client,
 )
+from daemon.engines.mineru.runtimes.model_thread import ModelThread
 from daemon.engines.mineru.runtimes.schedule import PassCost, PassScheduler
 
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 class TransformersRuntime:
     """MinerU2.5 on this machine's CPU. `predict` may be called from several page threads:
-    their rows meet in the shared `PageBatcher`, which makes one generate() call at a time."""
+    their rows meet in the shared `PageBatcher`, which makes one generate() call at a time,
+    on the runtime's model thread (the one that loaded the model)."""
 
     def __init__(self, config: EngineConfig, client_options: ClientOptions) -> None:
         from transformers.utils import logging as hf_logging
@@ -56,7 +58,12 @@ class TransformersRuntime:
 
         # Worker logs go to journald/files: progress bars there are noise.
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-        loaded = load_model(config.model, config.revision, config.precision, config.threads)
+        # Every torch call of the model on one OS thread, its load included (model_thread.py:
+        # a second thread's OpenMP pool makes every pass pay futex wake-ups).
+        self.model_thread = ModelThread()
+        loaded = self.model_thread.call(
+            lambda: load_model(config.model, config.revision, config.precision, config.threads)
+        )
         client = open_client(
             "transformers", client_options, model=loaded.model, processor=loaded.processor
         )
@@ -71,7 +78,9 @@ class TransformersRuntime:
         if config.decode == "loop":
             self.loop = make_loop(loaded, client.client, self.generator, config.batch_size)
             self.generator.loop = self.loop
-        self.batcher: PageBatcher = PageBatcher(self.generator, config.page_batch)
+        self.batcher: PageBatcher = PageBatcher(
+            self.generator, config.page_batch, self._on_model_thread
+        )
         # engine.page_batch pages in the engine at once: their steps share batches.
         self.max_pages_in_flight = max(1, config.page_batch)
         self.info = RuntimeInfo(
@@ -110,16 +119,24 @@ class TransformersRuntime:
         """The layout step of the pages in the engine waits for this page to join."""
         return self.batcher.coming()
 
-    @contextmanager
-    def page(self) -> Iterator[None]:
-        """No autograd bookkeeping (per thread: whichever page thread runs a batch runs it
-        in this mode), and the page counted as working in the shared batches."""
+    def _on_model_thread(self, generate: Callable[[], list[Prediction]]) -> list[Prediction]:
+        """A batch's generate() on the model thread, without autograd bookkeeping (a mode
+        of the thread that runs it)."""
         import torch
 
+        def run() -> list[Prediction]:
+            with torch.inference_mode():
+                return generate()
+
+        return self.model_thread.call(run)
+
+    @contextmanager
+    def page(self) -> Iterator[None]:
+        """The page counted as working in the shared batches."""
         from daemon.engines.mineru.runtimes.transformers_model import return_freed_memory
 
         try:
-            with torch.inference_mode(), self.batcher.page():
+            with self.batcher.page():
                 yield
         finally:
             # The heap keeps freed blocks for the next pass (keep_freed_memory): a page's
@@ -130,10 +147,14 @@ class TransformersRuntime:
         """The passes the page estimate is built from, timed on this model (seconds)."""
         from daemon.engines.mineru.runtimes.speed_probe import time_passes
 
-        return time_passes(self.loaded.model, self.generator.batch_size)
+        return self.model_thread.call(
+            lambda: time_passes(self.loaded.model, self.generator.batch_size)
+        )
 
     def close(self) -> None:
-        """Nothing to stop: the worker process exits or recycles soon after."""
+        """The model thread stops after what it was handed (the worker process exits or
+        recycles soon after)."""
+        self.model_thread.close()
 
 
 @dataclass(frozen=True)

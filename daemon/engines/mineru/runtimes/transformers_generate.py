@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, cast
@@ -57,6 +57,9 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
     from transformers import Qwen2VLForConditionalGeneration, Qwen2VLProcessor, StoppingCriteria
+
+# Runs a batch's generate() (the zero-argument callable) and returns its result.
+ModelRunner = Callable[[Callable[[], list[Prediction]]], list[Prediction]]
 
 # Upper bound on the padded prompt tokens of one batch (rows x longest prompt): bounds the
 # prefill's activation and attention memory when several large table crops meet.
@@ -324,7 +327,7 @@ class _Row:
 class _State:
     coming: int = 0  # pages announced (being rendered) that have not entered the engine
     working: int = 0  # pages in the engine doing their own work (parsing, cropping)
-    running: bool = False  # a generate() call is under way (in one of the page threads)
+    running: bool = False  # a generate() call is under way (for one of the page threads)
     pending: list[_Row] = field(default_factory=list)
 
 
@@ -333,7 +336,8 @@ class PageBatcher:
 
     Page threads call `run` with one step's rows and block until those rows are done; the
     waiting thread that finds the model free and the moment right runs the next batch for
-    everybody (no thread of its own: nothing to stop). The moment is right when no page in
+    everybody (through `run_model`: the transformers runtime hands it to its model thread,
+    so that one OS thread makes every torch call). The moment is right when no page in
     the engine is between two steps (it is about to add rows: waiting for it fills the
     batch), and, when only layout rows wait, when no announced page is still being
     rendered or a full `page_batch` of layouts waits. The batch run is the one holding the
@@ -344,9 +348,14 @@ class PageBatcher:
     error fails only the page it belongs to.
     """
 
-    def __init__(self, generator: BatchedGenerator, page_batch: int) -> None:
+    def __init__(
+        self, generator: BatchedGenerator, page_batch: int, run_model: ModelRunner | None = None
+    ) -> None:
         self.generator = generator
         self.page_batch = max(1, page_batch)
+        # Where a batch's generate() runs: the runtime's model thread (model_thread.py), or
+        # the calling page thread without one.
+        self.run_model: ModelRunner = run_model or (lambda generate: generate())
         self._cond = threading.Condition()
         self._state = _State()
         self._seq = itertools.count()
@@ -472,7 +481,8 @@ class PageBatcher:
                 row.on_done(row.index)
 
         try:
-            results = self.generator.generate([r.request for r in batch], done)
+            requests = [r.request for r in batch]
+            results = self.run_model(lambda: self.generator.generate(requests, done))
         except BaseException as exc:
             if not isinstance(exc, Exception):  # interrupted: nobody gets a result
                 for row in batch:
