@@ -54,12 +54,14 @@ class TransformersRuntime:
             BatchedGenerator,
             PageBatcher,
         )
-        from daemon.engines.mineru.runtimes.transformers_model import load_model
+        from daemon.engines.mineru.runtimes.transformers_model import load_model, share_main_arena
 
         # Worker logs go to journald/files: progress bars there are noise.
         hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
         # Every torch call of the model on one OS thread, its load included (model_thread.py:
-        # a second thread's OpenMP pool makes every pass pay futex wake-ups).
+        # a second thread's OpenMP pool makes every pass pay futex wake-ups), allocating
+        # from the heap whose freed blocks are kept (share_main_arena, keep_freed_memory).
+        share_main_arena()
         self.model_thread = ModelThread()
         loaded = self.model_thread.call(
             lambda: load_model(config.model, config.revision, config.precision, config.threads)

@@ -545,6 +545,7 @@ def _glibc(name: str) -> Callable[..., int] | None:
 # glibc's mallopt parameters (malloc.h) and the values set by keep_freed_memory.
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 # The largest mmap threshold glibc accepts on 64-bit (HEAP_MAX_SIZE / 2): a block up to this
 # size comes from the heap, larger ones are mapped and unmapped each time.
 MMAP_THRESHOLD = 32 * 1024 * 1024
@@ -574,6 +575,22 @@ def keep_freed_memory() -> bool:
     if not took:
         log.info("the C library did not take the heap thresholds; it keeps its own")
     return took
+
+
+def share_main_arena() -> bool:
+    """Have every thread that allocates from now on use glibc's main arena; whether the C
+    library took it. Called before the model thread starts (model_thread.py): a thread gets
+    its arena at its first allocation.
+
+    keep_freed_memory's thresholds hold in the main arena; another thread's arena lives in
+    64 MB heaps that glibc unmaps and shrinks as they empty, whatever the thresholds. The
+    layout tower run on a thread of its own took ~785,000 page faults and 1.6 s of system
+    time a pass (38.5-40.3 s), on the main thread 0 (36.5-37.8 s) (docs/benchmarks.md,
+    2026-12-07, night). One arena costs a lock the model thread rarely shares: page threads
+    render and crop between its passes.
+    """
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and mallopt(_M_ARENA_MAX, 1) == 1
 
 
 def store_linears_bf16(
