@@ -139,3 +139,30 @@ def test_the_runtime_loads_and_runs_its_model_on_one_thread(
         assert set(forwards) == {runtime.model_thread.ident}  # the timings' passes too
     finally:
         engine.close()
+
+
+def test_a_load_that_fails_closes_its_model_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.engines.mineru.engine import client_options
+    from daemon.engines.mineru.runtimes import transformers
+
+    started: list[ModelThread] = []
+    closed: list[ModelThread] = []
+
+    class Recorded(ModelThread):
+        def __init__(self) -> None:
+            super().__init__()
+            started.append(self)
+
+        def close(self) -> None:
+            closed.append(self)
+            super().close()
+
+    monkeypatch.setattr(transformers, "ModelThread", Recorded)
+    with pytest.raises(Exception, match="model"):
+        TransformersRuntime(
+            EngineConfig(model=str(tmp_path / "no-such-model"), precision="fp32"),
+            client_options(),
+        )
+    assert len(started) == 1 and closed == started

@@ -63,9 +63,13 @@ class TransformersRuntime:
         # from the heap whose freed blocks are kept (share_main_arena, keep_freed_memory).
         share_main_arena()
         self.model_thread = ModelThread()
-        loaded = self.model_thread.call(
-            lambda: load_model(config.model, config.revision, config.precision, config.threads)
-        )
+        try:
+            loaded = self.model_thread.call(
+                lambda: load_model(config.model, config.revision, config.precision, config.threads)
+            )
+        except BaseException:
+            self.model_thread.close()  # no idle thread left behind by a failed load
+            raise
         client = open_client(
             "transformers", client_options, model=loaded.model, processor=loaded.processor
         )
