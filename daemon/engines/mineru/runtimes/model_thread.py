@@ -44,6 +44,7 @@ class ModelThread:
 
     def __init__(self, name: str = "model") -> None:
         self._calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._closed = False
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -56,7 +57,8 @@ class ModelThread:
         """`fn()` run on the model thread; its result, or its exception raised here."""
         if threading.get_ident() == self._thread.ident:
             return fn()
-        if not self._thread.is_alive():
+        if self._closed:
+            # Not queued behind the stop: nobody would ever run it, and the caller would wait.
             raise RuntimeError("the model thread has stopped")
         pending = _Call(fn)
         self._calls.put(pending)
@@ -66,7 +68,8 @@ class ModelThread:
         return cast(T, pending.result)  # fn's own result: _serve set it
 
     def close(self) -> None:
-        """Stop after the calls already handed over (returns at once)."""
+        """Stop after the calls already handed over (returns at once); later calls fail."""
+        self._closed = True
         self._calls.put(None)
 
     def _serve(self) -> None:
