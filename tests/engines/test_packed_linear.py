@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -10,12 +11,15 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from daemon.common.cpus import native_bf16
 from daemon.engines.mineru.runtimes.int8_linear import KeptHead
 from daemon.engines.mineru.runtimes.packed_linear import (
+    FusedPart,
     PackedLinear,
+    fuse_decoder_projections,
     pack_linears,
     pack_weight,
 )
@@ -66,6 +70,104 @@ def test_pack_linears_swaps_the_bf16_linears_only() -> None:
     with torch.no_grad():
         _close_to_f_linear(tower[0](x), first)
     assert not any(p.dtype == torch.bfloat16 and p.dim() == 2 for p in tower.parameters())
+
+
+class _Attention(nn.Module):
+    def __init__(self, width: int, kv: int) -> None:
+        super().__init__()
+        self.q_proj = nn.Linear(width, width).to(torch.bfloat16)
+        self.k_proj = nn.Linear(width, kv).to(torch.bfloat16)
+        self.v_proj = nn.Linear(width, kv).to(torch.bfloat16)
+        self.o_proj = nn.Linear(width, width, bias=False).to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # transformers' Qwen2 attention calls its projections so (the attention left out).
+        q: torch.Tensor = self.q_proj(x)
+        k: torch.Tensor = self.k_proj(x)
+        v: torch.Tensor = self.v_proj(x)
+        out: torch.Tensor = self.o_proj(q * k.repeat(1, 1, q.shape[-1] // k.shape[-1]).tanh())
+        return out + v.sum()
+
+
+class _Mlp(nn.Module):
+    def __init__(self, width: int, inner: int) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(width, inner, bias=False).to(torch.bfloat16)
+        self.up_proj = nn.Linear(width, inner, bias=False).to(torch.bfloat16)
+        self.down_proj = nn.Linear(inner, width, bias=False).to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return out
+
+
+class _Layer(nn.Module):
+    def __init__(self, width: int = 128, kv: int = 32, inner: int = 320) -> None:
+        super().__init__()
+        self.self_attn = _Attention(width, kv)
+        self.mlp = _Mlp(width, inner)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.mlp(self.self_attn(x))
+        return out
+
+
+@needs_packing
+@pytest.mark.parametrize("rows", [1, 3, 12, 300])
+def test_fused_projections_compute_the_separate_packed_linears(rows: int) -> None:
+    """q/k/v as one packed GEMM and gate/up as one give each linear what its own packed
+    GEMM gives: every output element is the same fp32 sum over the same row (the same bits
+    on Zen 4; the last bit at most where a kernel sums in another order)."""
+    generator = torch.Generator().manual_seed(rows)
+    separate = [_Layer(), _Layer()]
+    fused = copy.deepcopy(separate)
+    assert sum(pack_linears(layer) for layer in separate) == 2 * 7
+    assert sum(fuse_decoder_projections(layer) for layer in fused) == 2 * 2
+    assert sum(pack_linears(layer) for layer in fused) == 2 * 2  # o_proj, down_proj: single
+    x = torch.randn(2, rows, 128, generator=generator).to(torch.bfloat16)
+    with torch.no_grad():
+        for layer_s, layer_f in zip(separate, fused, strict=True):
+            want = [getattr(layer_s.self_attn, n)(x) for n in ("q_proj", "k_proj", "v_proj")]
+            got = [getattr(layer_f.self_attn, n)(x) for n in ("q_proj", "k_proj", "v_proj")]
+            for g, w in zip(got, want, strict=True):
+                _close_to_f_linear(g, w)
+            _close_to_f_linear(layer_f(x), layer_s(x))
+    assert "part 1 of 3" in repr(fused[0].self_attn.k_proj)
+    assert fused[0].mlp.up_proj.weight.dtype == torch.bfloat16
+
+
+@needs_packing
+def test_a_fused_projection_called_out_of_turn_raises() -> None:
+    """A later part holds no weight: called on another input than its group's first part
+    just had (a transformers that calls them otherwise) it says so instead of answering
+    with another input's output."""
+    layer = _Layer()
+    assert fuse_decoder_projections(layer) == 2
+    x, y = (torch.randn(1, 4, 128).to(torch.bfloat16) for _ in range(2))
+    with torch.no_grad():
+        layer.self_attn.q_proj(x)
+        with pytest.raises(RuntimeError, match="fused projection"):
+            layer.self_attn.k_proj(y)
+        with pytest.raises(RuntimeError, match="fused projection"):
+            layer.mlp.up_proj(x)  # before gate_proj
+        layer.mlp.gate_proj(x)
+        layer.mlp.up_proj(x)
+        with pytest.raises(RuntimeError, match="fused projection"):
+            layer.mlp.up_proj(x)  # twice: the group let its outputs go after the last part
+
+
+def test_fusing_leaves_fp32_and_partial_groups_alone() -> None:
+    """Only a whole group of bf16 nn.Linears is fused: an fp32 layer (the fp32 and int8
+    precisions' decoders) and a layer whose projections are no longer plain stay as
+    they are."""
+    fp32 = _Layer().float()
+    assert fuse_decoder_projections(fp32) == 0
+    assert type(fp32.self_attn.q_proj) is nn.Linear
+    partial = _Layer()
+    partial.mlp.up_proj = nn.Identity()  # type: ignore[assignment]
+    packs = pack_weight(torch.ones(16, 16, dtype=torch.bfloat16)) is not None
+    assert fuse_decoder_projections(partial) == int(packs)  # the attention's group only
+    assert type(partial.mlp.gate_proj) is nn.Linear
 
 
 @needs_packing
@@ -123,8 +225,16 @@ def test_the_loader_packs_where_bf16_is_native(
     packed = native_bf16() and pack_weight(torch.ones(16, 16, dtype=torch.bfloat16)) is not None
     assert loaded.details["packed_weights"] == (parts if packed else "none")
     for module in (visual, qwen.model.language_model) if precision == "bf16" else (visual,):
-        linears = [m for m in module.modules() if isinstance(m, nn.Linear | PackedLinear)]
-        assert linears and all(isinstance(m, PackedLinear) == packed for m in linears)
+        kinds = nn.Linear | PackedLinear | FusedPart
+        linears = [m for m in module.modules() if isinstance(m, kinds)]
+        assert linears and all(isinstance(m, PackedLinear | FusedPart) == packed for m in linears)
+    if precision == "bf16" and packed:  # a decoder layer's q/k/v and gate/up: one GEMM each
+        layer = qwen.model.language_model.layers[0]
+        assert all(
+            isinstance(getattr(owner, name), FusedPart)
+            for owner, names in ((layer.self_attn, "qkv"), (layer.mlp, ("gate", "up")))
+            for name in (f"{n}_proj" for n in names)
+        )
     head = qwen.lm_head
     assert (isinstance(head, PackedLinear) or getattr(head, "packed", None) is not None) == packed
     # The tied embeddings still look tokens up from the plain matrix.
