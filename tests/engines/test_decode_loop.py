@@ -525,3 +525,61 @@ def test_a_resting_plan_watches_one_token_and_scores_none() -> None:
     assert len(plan.tokens) == 2 and plan.watched == []
     # No room left in the row: no draft, nothing watched, and no source call needed.
     assert plan_draft(source, k, [1], room=0) == DraftPlan([], [])
+
+
+class RecordingEarly:
+    """A row's `early` (base.EarlyRows) that asks for rows once the row has written
+    `after` tokens and more at its end, and records what it heard."""
+
+    def __init__(self, after: int, first: list[GenRequest], last: list[GenRequest]) -> None:
+        self.after, self.first, self.last = after, first, last
+        self.polls: list[tuple[int, bool]] = []
+        self.answers: dict[int, Any] = {}  # id(request) -> Prediction
+        self.events: list[str] = []
+
+    def poll(self, text: str, tokens: int, final: bool) -> list[GenRequest]:
+        self.polls.append((tokens, final))
+        if final:
+            self.events.append("final")
+            return self.last
+        if tokens >= self.after and self.first:
+            asked, self.first = self.first, []
+            return asked
+        return []
+
+    def done(self, request: GenRequest, prediction: Any) -> None:
+        self.answers[id(request)] = prediction
+        self.events.append(f"done {id(request)}")
+
+
+def test_rows_asked_for_by_a_row_join_beside_it_and_write_what_they_write_alone(
+    tiny: Tiny,
+) -> None:
+    """The layout step's early blocks, in the loop: rows that a given row's `early` asks
+    for after its third token (and at its end) join the running batch and decode the tokens
+    they decode alone; the given rows' own answers are unchanged; a follower that cannot
+    start (an image the processor refuses) is dropped, not fatal, and gets no answer."""
+    defaults = ModelFreeClient.make()
+    prompt, params = defaults.prompts["[default]"], defaults.sampling_params["[default]"]
+    rows = [GenRequest(image(w, h, i), prompt, params, cap) for i, (w, h, cap) in enumerate(SHAPES)]
+    batched = BatchedGenerator(tiny.model, tiny.processor, tiny.client, 8)
+    alone = [batched.generate([row], lambda _i: None)[0] for row in rows]
+    # The longest row asks; the shortest follows first, so it ends while the asker runs.
+    by_length = sorted(range(len(rows)), key=lambda i: (alone[i].tokens, i))
+    ask, short, other, rest = by_length[-1], by_length[0], by_length[1], by_length[2:-1]
+    assert alone[short].tokens + 3 < alone[ask].tokens
+    broken = GenRequest(b"not an image", prompt, params, 8)
+    early = RecordingEarly(3, [rows[short], broken, rows[rest[0]]], [rows[rest[1]]])
+    asking = GenRequest(rows[ask].image, prompt, params, rows[ask].max_new_tokens, early=early)
+    loop = LoopGenerator(tiny.model, tiny.processor, tiny.client, batched.eos_ids, 3)
+    finished: list[int] = []
+    got = loop.generate([asking, rows[other]], finished.append)
+    assert got == [alone[ask], alone[other]] and sorted(finished) == [0, 1]
+    followers = [short, rest[0], rest[1]]
+    assert early.answers == {id(rows[i]): alone[i] for i in followers}
+    # Polled as the row grew (not on passes that wrote nothing new), once at its end; the
+    # first follower finished before the asking row did: it ran beside it.
+    tokens = [t for t, final in early.polls if not final]
+    assert tokens == sorted(set(tokens)) and early.polls[-1] == (alone[ask].tokens, True)
+    assert early.events.index(f"done {id(rows[short])}") < early.events.index("final")
+    assert loop.totals.tokens == sum(alone[i].tokens for i in [ask, other, *followers])

@@ -96,6 +96,20 @@ class Prediction:
     accepted: int = field(default=0, compare=False)
 
 
+class EarlyRows(Protocol):
+    """What a request's output so far lets start: the layout step's finished lines are
+    blocks to recognise while the rest is written (engine's early_blocks.EarlyBlocks).
+
+    A runtime that decodes rows side by side and lets rows join (the decode loop) calls
+    `poll` with the row's text after its passes and once at its end (`final`), runs each
+    request it answers beside the row, and hands each result to `done` (a request whose
+    row could not start gets none: its owner runs it again the usual way)."""
+
+    def poll(self, text: str, tokens: int, final: bool) -> list[GenRequest]: ...
+
+    def done(self, request: GenRequest, prediction: Prediction) -> None: ...
+
+
 @dataclass(frozen=True)
 class GenRequest:
     """One image + prompt to complete, with MinerU's sampling params and our token cap."""
@@ -107,6 +121,9 @@ class GenRequest:
     # What another reader already has for this block (the PDF text layer inside its box):
     # a draft the decode loop lets the model confirm. Never trusted; None: no such text.
     draft_text: str | None = None
+    # Rows this request's own output lets start before it ends (the layout step's blocks,
+    # engine's early_blocks.py); a runtime that cannot run them ignores it. Not compared.
+    early: EarlyRows | None = field(default=None, compare=False)
 
     def capped_params(self) -> SamplingParams:
         """`params` with our cap set: what a backend is handed (see `capped`)."""

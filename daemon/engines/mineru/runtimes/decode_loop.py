@@ -44,6 +44,7 @@ Worker-only (imports torch and transformers at module level); not imported by th
 from __future__ import annotations
 
 import copy
+import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,6 +61,7 @@ from transformers import (
 from transformers.cache_utils import DynamicLayer
 
 from daemon.engines.mineru.runtimes.base import (
+    EarlyRows,
     GenRequest,
     Prediction,
     RowDone,
@@ -73,6 +75,8 @@ from daemon.engines.mineru.runtimes.schedule import (
     plan_pass,
     settle_row,
 )
+
+log = logging.getLogger(__name__)
 
 # Holes (rejected draft positions) inside the cache are compacted away once they are more
 # than this share of the live columns; below it, carrying them costs less than the copy.
@@ -432,6 +436,11 @@ def _logits(out: object) -> torch.Tensor:
     return logits.float()
 
 
+# Told a row's tokens so far (`final`: the row has ended) by `decode`; it may append
+# requests to the sequence `decode` was given, which join as followers (see there).
+Follow = Callable[[int, list[int], bool], None]
+
+
 def decode(
     batch: DecodeBatch,
     requests: Sequence[DecodeRequest],
@@ -439,37 +448,62 @@ def decode(
     on_done: RowFinished,
     max_tokens: int = 0,
     release: Callable[[], None] | None = None,
+    follow: Follow | None = None,
 ) -> list[DecodeResult]:
     """Every request through `batch`, at most `max_rows` active at once, in request order:
     a row joins as soon as another leaves (and, with `max_tokens`, as soon as the cache has
     room for its prompt: `DecodeBatch.fits`). `on_done` hears each row when it finishes;
-    `release` runs before each join (LoopGenerator's: see there)."""
+    `release` runs before each join (LoopGenerator's: see there).
+
+    `follow` hears every row's tokens after each pass (and a finished row's once more, as
+    final) and may append requests to `requests` (a list it owns): those follow the given
+    ones into the batch. A follower that cannot join (its prefill raises) is dropped with
+    a warning: whoever asked for it gets no result and runs it again its own way. Only the
+    given requests' results are returned; a follower's reaches `on_done` alone."""
+    given = len(requests)
     # Indices, not requests: a request is read only when its row is next to join, so a lazy
     # sequence (LoopGenerator's) holds a few blocks' pixel values, not the whole step's.
-    waiting = deque(range(len(requests)))
+    waiting = deque(range(given))
     results: dict[int, DecodeResult] = {}
     head: tuple[int, DecodeRequest] | None = None  # the next to join, already built
 
     def finish(result: DecodeResult) -> None:
-        results[result.index] = result
+        if result.index < given:
+            results[result.index] = result
         on_done(result)
+        if follow is not None:
+            follow(result.index, result.tokens, True)
 
-    while waiting or head is not None or batch.rows:
+    queued = given  # requests[given:queued] are followers already in `waiting`
+    index = 0
+    while waiting or head is not None or batch.rows or len(requests) > queued:
+        waiting.extend(range(queued, len(requests)))  # what `follow` appended
+        queued = len(requests)
         while (waiting or head is not None) and len(batch.rows) < max(1, max_rows):
-            if head is None:
-                index = waiting.popleft()
-                head = (index, requests[index])
-            if not batch.fits(head[1], max_tokens):
-                break  # it joins when rows have left
-            if release is not None:
-                release()
-            joined = batch.join(*head)
+            try:
+                if head is None:
+                    index = waiting.popleft()
+                    head = (index, requests[index])
+                if not batch.fits(head[1], max_tokens):
+                    break  # it joins when rows have left
+                if release is not None:
+                    release()
+                joined = batch.join(*head)
+            except Exception:
+                if (head[0] if head is not None else index) < given:
+                    raise
+                log.warning("a row started early could not join; it runs later", exc_info=True)
+                head = None
+                continue
             head = None
             if joined is not None:
                 finish(joined)
         for result in batch.step():
             finish(result)
-    return [results[i] for i in range(len(requests))]
+        if follow is not None:
+            for row in list(batch.rows):
+                follow(row.index, row.generated, False)
+    return [results[i] for i in range(given)]
 
 
 class MinerUClient(Protocol):
@@ -558,27 +592,58 @@ class LoopGenerator:
             self.scheduler,
         )
         requests = _LazyRequests(self, rows)
+        given = len(rows)
+        early_of: dict[int, EarlyRows] = {}  # a follower's index -> whom it reports to
+        read = [0] * given  # tokens of each given row its `early` has seen
+
+        def follow(index: int, tokens: list[int], final: bool) -> None:
+            # A given row's output so far to its `early` (the layout step's: its finished
+            # lines are blocks), when it has grown; what that answers joins as followers.
+            early = rows[index].early if index < given else None
+            if early is None or (len(tokens) == read[index] and not final):
+                return
+            read[index] = len(tokens)
+            for follower in early.poll(self.text(tokens), len(tokens), final):
+                early_of[len(requests)] = early
+                requests.rows.append(follower)
+
+        def finished(result: DecodeResult) -> None:
+            if result.index < given:
+                on_done(result.index)
+                return
+            self.totals.add(result.stats)
+            follower = requests.rows[result.index]
+            early_of[result.index].done(follower, self.prediction(result))
+
         results = decode(
             batch,
             requests,
             self.max_rows,
-            lambda r: on_done(r.index),
+            finished,
             self.max_tokens,
             self.release,
+            follow if any(row.early is not None for row in rows) else None,
         )
-        skip = self.client.skip_token_ids
-        predictions = []
         for result in results:
-            stats = result.stats
-            self.totals.add(stats)
-            kept = [t for t in result.tokens if t not in skip]
-            text = self.processor.batch_decode(  # type: ignore[no-untyped-call]
-                [kept], skip_special_tokens=False, clean_up_tokenization_spaces=False
-            )[0]
-            predictions.append(
-                Prediction(text, len(result.tokens), stats.passes, stats.proposed, stats.accepted)
-            )
-        return predictions
+            self.totals.add(result.stats)
+        return [self.prediction(result) for result in results]
+
+    def text(self, tokens: list[int]) -> str:
+        """A row's tokens as MinerU's client reads them: its skip tokens dropped, special
+        tokens kept (the layout's boxes are special tokens)."""
+        skip = self.client.skip_token_ids
+        kept = [t for t in tokens if t not in skip]
+        text: str = self.processor.batch_decode(  # type: ignore[no-untyped-call]
+            [kept], skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )[0]
+        return text
+
+    def prediction(self, result: DecodeResult) -> Prediction:
+        stats = result.stats
+        return Prediction(
+            self.text(result.tokens), len(result.tokens), stats.passes, stats.proposed,
+            stats.accepted,
+        )  # fmt: skip
 
     def greedy(self, rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction] | None:
         """`generate` for rows of greedy params; None, having run nothing, for the params
@@ -611,7 +676,7 @@ class _LazyRequests(Sequence[DecodeRequest]):
 
     def __init__(self, generator: LoopGenerator, rows: Sequence[GenRequest]) -> None:
         self.generator = generator
-        self.rows = rows
+        self.rows = list(rows)  # followers are appended (LoopGenerator.generate's follow)
 
     def __len__(self) -> int:
         return len(self.rows)
