@@ -458,14 +458,15 @@ def test_a_text_layer_draft_is_proposed_and_changes_nothing(
         TextLine("A Title", (0.06, 0.66, 0.5, 0.72), invisible=True),
     )
     drafts: list[str | None] = []
-    generator = local(reader).generator
-    original = generator.generate
+    loop = local(reader).loop
+    assert loop is not None
+    original = loop.request
 
-    def generate(rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
-        drafts.extend(r.draft_text for r in rows)
-        return original(rows, on_done)
+    def request(row: GenRequest) -> Any:  # every row of the loop: blocks started early too
+        drafts.append(row.draft_text)
+        return original(row)
 
-    monkeypatch.setattr(generator, "generate", generate)
+    monkeypatch.setattr(loop, "request", request)
     options = PageOptions(text_layer="auto", max_new_tokens_layout=8, max_new_tokens_block=24)
     results = []
     for engine in (reader, generating):

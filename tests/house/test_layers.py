@@ -115,6 +115,7 @@ LAYERS: dict[str, tuple[int, Side]] = {
     "daemon.engines.mineru.runtimes.decode_loop": (30, "worker"),
     "daemon.engines.mineru.runtimes.speed_probe": (30, "worker"),
     "daemon.engines.lite.engine": (40, "worker"),
+    "daemon.engines.mineru.early_blocks": (40, "worker"),
     "daemon.engines.mineru.engine": (40, "worker"),
     "daemon.engines.registry": (40, "worker"),
     "daemon.worker.pipeline": (50, "worker"),

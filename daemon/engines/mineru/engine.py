@@ -44,6 +44,7 @@ from daemon.document.page import (
     PageResult,
     ProgressFn,
 )
+from daemon.engines.mineru.early_blocks import BlockKey, EarlyBlocks, block_key
 from daemon.engines.mineru.runtimes.base import (
     BLOCK,
     LAYOUT,
@@ -246,6 +247,7 @@ class Layout:
     index: dict[int, int]  # id(block) -> its line in the layout answer (MinerU names crops so)
     prompt: str
     raw: str
+    early: EarlyBlocks  # blocks the runtime recognised while the layout was being written
 
 
 def run_page(
@@ -288,7 +290,9 @@ def layout_step(run: PageRun) -> Layout:
     t0 = time.monotonic()
     prompt = client.prompts.get("[layout]") or client.prompts["[default]"]
     params = client.sampling_params.get("[layout]") or client.sampling_params.get("[default]")
-    request = GenRequest(client.helper.prepare_for_layout(run.page.image), prompt, params, cap)
+    early = EarlyBlocks(lambda text: early_jobs(run, text))
+    layout_image = client.helper.prepare_for_layout(run.page.image)
+    request = GenRequest(layout_image, prompt, params, cap, early=early)
     (out,) = run.ask(LAYOUT, [request], lambda _row: None)
     blocks = client.helper.parse_layout_output(out.text)
     stats.layout_seconds = time.monotonic() - t0
@@ -297,31 +301,45 @@ def layout_step(run: PageRun) -> Layout:
     stats.layout_truncated = out.tokens >= cap
     stats.extra["layout_blocks"] = len(blocks)
     run.progress(1, 1, "layout")
-    return Layout(blocks, {id(b): i for i, b in enumerate(blocks)}, prompt, out.text)
+    return Layout(blocks, {id(b): i for i, b in enumerate(blocks)}, prompt, out.text, early)
+
+
+def early_jobs(run: PageRun, text: str) -> list[tuple[GenRequest, BlockKey]]:
+    """The block step's requests for a layout text so far (early_blocks.py): its blocks,
+    filled from the text layer as the text-layer step would, cropped as the block step
+    does. Runs on the runtime's model thread, between decode passes."""
+    blocks = run.runtime.client.helper.parse_layout_output(text)
+    filled = text_layer_fill(run.page, blocks)[0] if blocks else {}
+    return [(request, block_key(blocks[idx])) for request, idx in block_jobs(run, blocks, filled)]
 
 
 def text_layer_step(run: PageRun, blocks: list[LayoutBlock]) -> dict[int, str]:
     """Born-digital PDFs: text-like blocks filled from the page's own text layer."""
-    text_layer, stats = run.page.text_layer, run.stats
-    if text_layer is None:
+    stats = run.stats
+    if run.page.text_layer is None:
         if run.options.text_layer == "auto" and run.page.pdf_path is None:
             stats.text_layer = "no_pdf"  # nothing to read: an image
         return {}
     t1 = time.monotonic()
-    filled: dict[int, str] = {}
-    if text_layer.error is not None:
-        # A broken text layer on a page that rendered fine: the pixels still work.
-        stats.text_layer = "error"
-    else:
-        from daemon.input.textlayer import text_layer_is_trustworthy
-
-        if text_layer_is_trustworthy(text_layer.lines):
-            filled = fill_from_text_layer(blocks, text_layer.lines)
-            stats.text_layer = "used"
-        else:
-            stats.text_layer = "untrustworthy"
+    filled, stats.text_layer = text_layer_fill(run.page, blocks)
     stats.text_layer_seconds = time.monotonic() - t1
     return filled
+
+
+def text_layer_fill(page: PageInput, blocks: list[LayoutBlock]) -> tuple[dict[int, str], str]:
+    """The text-layer step's fill of `blocks` ({id(block): text}) and how the layer was
+    taken (used | untrustworthy | error; off without one)."""
+    text_layer = page.text_layer
+    if text_layer is None:
+        return {}, "off"
+    if text_layer.error is not None:
+        # A broken text layer on a page that rendered fine: the pixels still work.
+        return {}, "error"
+    from daemon.input.textlayer import text_layer_is_trustworthy
+
+    if text_layer_is_trustworthy(text_layer.lines):
+        return fill_from_text_layer(blocks, text_layer.lines), "used"
+    return {}, "untrustworthy"
 
 
 def block_step(
@@ -329,19 +347,14 @@ def block_step(
 ) -> tuple[list[Json], dict[int, str]]:
     """Step 2: each block the text layer did not fill, cropped from the full-resolution
     page and recognised; the model's answers, and the filled blocks that are still there."""
-    helper, stats, cap = run.runtime.client.helper, run.stats, run.options.max_new_tokens_block
+    stats, cap = run.stats, run.options.max_new_tokens_block
     blocks = layout.blocks
     t2 = time.monotonic()
-    images, prompts, params, indices = helper.prepare_for_extract(run.page.image, blocks)
+    jobs = block_jobs(run, blocks, filled)
     # prepare_for_extract drops captions that sit inside an image (MinerU reads those with
     # the image); forget any we filled so the counts stay true.
     alive = {id(b) for b in blocks}
     filled = {key: text for key, text in filled.items() if key in alive}
-    jobs = [
-        (GenRequest(image, prompt, param, cap, draft_text(run.page, blocks[idx])), idx)
-        for image, prompt, param, idx in zip(images, prompts, params, indices, strict=True)
-        if id(blocks[idx]) not in filled
-    ]
     total, done = len(jobs), 0
 
     def block_done(_row: int) -> None:
@@ -352,7 +365,14 @@ def block_step(
         run.progress(done, total, "block")
 
     run.progress(0, total, "block")
-    results = run.ask(BLOCK, [request for request, _ in jobs], block_done)
+    # Blocks recognised while the layout was written, where the request is the same.
+    early = [layout.early.take(request, block_key(blocks[idx])) for request, idx in jobs]
+    for _prediction in filter(None, early):
+        block_done(-1)
+    late = [request for (request, _idx), got in zip(jobs, early, strict=True) if got is None]
+    asked = iter(run.ask(BLOCK, late, block_done))
+    results = [got if got is not None else next(asked) for got in early]
+    stats.extra["early_blocks"] = total - len(late)
     answers: list[Json] = []
     for (request, idx), result in zip(jobs, results, strict=True):
         block = blocks[idx]
@@ -365,6 +385,21 @@ def block_step(
     stats.model_blocks = total
     stats.text_layer_blocks = len(filled)
     return answers, filled
+
+
+def block_jobs(
+    run: PageRun, blocks: list[LayoutBlock], filled: dict[int, str]
+) -> list[tuple[GenRequest, int]]:
+    """The block step's requests: each block the text layer did not fill, cropped from the
+    full-resolution page by MinerU's helper (which may drop blocks from `blocks`), with its
+    index in `blocks`."""
+    helper, cap = run.runtime.client.helper, run.options.max_new_tokens_block
+    images, prompts, params, indices = helper.prepare_for_extract(run.page.image, blocks)
+    return [
+        (GenRequest(image, prompt, param, cap, draft_text(run.page, blocks[idx])), idx)
+        for image, prompt, param, idx in zip(images, prompts, params, indices, strict=True)
+        if id(blocks[idx]) not in filled
+    ]
 
 
 # Blocks whose answer is not the text inside them: a table's OTSL, a formula's LaTeX, an
