@@ -25,6 +25,7 @@ import dataclasses
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,8 @@ def instrument(
     original_parse = helper.parse_layout_output
 
     def parse_layout_output(output: str) -> Any:
+        if getattr(probe.local, "partial", False):  # an early poll: its planned prefix
+            return original_parse(output)
         probe.layout_parsed_at = time.monotonic()
         probe.generated_layout_chars = len(output)
         probe.phase = "block"
@@ -257,6 +260,48 @@ def instrument(
     loop = getattr(generator, "loop", None)
     if loop is not None:
         _instrument_loop(loop, probe)
+        _instrument_early(loop, probe, cap_of)
+
+
+def _instrument_early(loop: Any, probe: Probe, cap_of: Callable[[Any], int]) -> None:
+    """Blocks started while the layout is written (engine's early_blocks.py), forced as
+    the rest: the random model writes no layout a parse can read, so a poll after n of the
+    layout's N forced tokens reads the first n/N of the planned layout text (the page's
+    own plan: the EarlyBlocks remembers the page it was made for, and the poll runs on the
+    model thread); a block row the layout starts is forced to its planned count, as the
+    block step's rows are."""
+    from daemon.engines.mineru import early_blocks
+
+    original_request = loop.request
+
+    def request(row: Any) -> Any:
+        return original_request(dataclasses.replace(row, max_new_tokens=cap_of(row.image)))
+
+    loop.request = request
+    cls = early_blocks.EarlyBlocks
+    if getattr(cls, "_bench_planned", False):
+        return  # one patch per process
+    original_init, original_poll = cls.__init__, cls.poll
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.bench_work = probe.work()  # the page thread's page (None: a single page)
+
+    def poll(self: Any, text: str, tokens: int, final: bool) -> Any:
+        work = self.bench_work
+        planned = work.layout_text if work else probe.layout_text
+        total = probe.scaled(work.n_layout if work else probe.n_layout)
+        share = 1.0 if final else min(1.0, tokens / max(1, total))
+        previous = getattr(probe.local, "work", None)
+        probe.local.work, probe.local.partial = work, True
+        try:
+            return original_poll(self, planned[: round(len(planned) * share)], tokens, final)
+        finally:
+            probe.local.work, probe.local.partial = previous, False
+
+    cls.__init__ = init  # type: ignore[method-assign]
+    cls.poll = poll  # type: ignore[method-assign]
+    cls._bench_planned = True  # type: ignore[attr-defined]
 
 
 def _instrument_loop(loop: Any, probe: Probe) -> None:

@@ -168,14 +168,14 @@ def drafted_first_run(
 
 def drafted_table(paths: Sequence[dict[str, Any]]) -> list[str]:
     """The decode loop's paths side by side: passes, drafts, and what drafted them."""
-    loops = [r for r in paths if r["path"] in ("auto-loop", "auto-drafted")]
+    loops = [r for r in paths if r["path"] in ("auto-loop", "auto-loop-late", "auto-drafted")]
     if not loops:
         return []
     lines = [
         "",
-        "| loop path | page s | decode passes | drafts accepted / proposed | OCR CER of the "
-        "page's crops | token damage | first parse s (engine's drafts) |",
-        "|---|---|---|---|---|---|---|",
+        "| loop path | page s | decode passes | drafts accepted / proposed | blocks started "
+        "early | OCR CER of the page's crops | token damage | first parse s (engine's drafts) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in loops:
         info = r.get("page_info", {})
@@ -183,7 +183,7 @@ def drafted_table(paths: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {r['path']} | {r['page_seconds']} | {info.get('decode_passes', '–')} "
             f"| {info.get('draft_accepted', '–')} / {info.get('draft_proposed', '–')} "
-            f"| {drafted.get('ocr_cer', '–')} | {drafted.get('token_damage', '–')} "
+            f"| {info.get('early_blocks', '–')} | {drafted.get('ocr_cer', '–')} | {drafted.get('token_damage', '–')} "
             f"| {drafted.get('first_parse_seconds', '–')} |"
         )
     return lines

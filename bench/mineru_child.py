@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.mineru_paths import BENCH, DOCUMENT_PATHS, DRAFTED_PATH, LOOP_PATH, REPO
+from bench.mineru_paths import (
+    BENCH,
+    DOCUMENT_PATHS,
+    DRAFTED_PATH,
+    LATE_PATH,
+    LOOP_PATH,
+    REPO,
+)
 
 
 def _rss_mb() -> dict[str, float]:
@@ -141,11 +148,17 @@ def _engine_page(spec: dict[str, Any], image: Any, probe: Any, record: dict[str,
     path: str = spec["path"]
     pdf = Path(spec["pdf"]) if spec.get("pdf") else None
     # textlayer: what a user gets by default (precision auto, text_layer auto)
-    precision = "auto" if path in ("textlayer", LOOP_PATH, DRAFTED_PATH) else path
-    if path in (LOOP_PATH, DRAFTED_PATH):
+    loops = (LOOP_PATH, LATE_PATH, DRAFTED_PATH)
+    precision = "auto" if path in ("textlayer", *loops) else path
+    if path in loops:
         precision = spec.get("loop_precision", "auto")
     text_layer: TextLayer = "auto" if path == "textlayer" else "off"
-    decode = "loop" if path in (LOOP_PATH, DRAFTED_PATH) else "generate"
+    decode = "loop" if path in loops else "generate"
+    if path == LATE_PATH:
+        # No block starts before the layout has ended: the loop hears no request from it.
+        from daemon.engines.mineru import early_blocks
+
+        early_blocks.EarlyBlocks.poll = lambda *_args: []  # type: ignore[method-assign]
     if spec.get("drafts") == "positions":
         # The runtime picks the scheduler only where it has a measured pass cost: without
         # one it falls back to the position budget (INT8_DRAFTS), as on other CPU classes.

@@ -27,11 +27,14 @@ DOCUMENT_PATHS = ("document", "document-batched", "document-generate", "document
 # keeps engine.decode: generate, so its figures stay comparable with the earlier runs' and
 # its phases (vision, prefill, decode: timed around generate()) stay measured.
 LOOP_PATH = "auto-loop"
+# `auto-loop` with the page's blocks held back until its layout is finished (as before
+# engine's early_blocks.py): what starting them while the layout is written buys.
+LATE_PATH = "auto-loop-late"
 # `auto-loop` whose blocks are drafted: a first parse records each block's own output, the
 # timed one drafts it corrupted to the page's OCR CER (bench/drafted_page.py).
 DRAFTED_PATH = "auto-drafted"
 ALL_PATHS = (
-    "reference", *PRECISION_PATHS, LOOP_PATH, DRAFTED_PATH, "textlayer", "llama-cpp",
+    "reference", *PRECISION_PATHS, LOOP_PATH, LATE_PATH, DRAFTED_PATH, "textlayer", "llama-cpp",
     *DOCUMENT_PATHS,
 )  # fmt: skip
 FORCED_PATHS = ("auto", "reference", "int8", "bf16-int8", "mixed", "bf16", "fp32", "textlayer")
