@@ -183,7 +183,7 @@ def drafted_table(paths: Sequence[dict[str, Any]]) -> list[str]:
         lines.append(
             f"| {r['path']} | {r['page_seconds']} | {info.get('decode_passes', '–')} "
             f"| {info.get('draft_accepted', '–')} / {info.get('draft_proposed', '–')} "
-            f"| {info.get('early_blocks', '–')} | {drafted.get('ocr_cer', '–')} | {drafted.get('token_damage', '–')} "
-            f"| {drafted.get('first_parse_seconds', '–')} |"
+            f"| {info.get('early_blocks', '–')} | {drafted.get('ocr_cer', '–')} "
+            f"| {drafted.get('token_damage', '–')} | {drafted.get('first_parse_seconds', '–')} |"
         )
     return lines
