@@ -245,10 +245,12 @@ class Calls:
     def __init__(self, engine: MinerUEngine, monkeypatch: pytest.MonkeyPatch) -> None:
         generator = local(engine).generator
         self.prompts: list[list[str]] = []
+        self.early: list[int] = []  # rows of each call that may start others (early blocks)
         original = generator.generate
 
         def generate(rows: Sequence[GenRequest], on_done: RowDone) -> list[Prediction]:
             self.prompts.append([r.prompt for r in rows])
+            self.early.append(sum(r.early is not None for r in rows))
             return original(rows, on_done)
 
         monkeypatch.setattr(generator, "generate", generate)
@@ -316,6 +318,7 @@ def test_pages_batched_together_equal_pages_one_at_a_time(
     )
     assert pipeline.in_flight == 4
     calls.prompts.clear()
+    calls.early.clear()
     answers = [
         pipeline.run(ParsePage(1, str(pdf), k, DOC_OPTIONS, tuple(range(k + 1, min(pages, k + 4)))))
         for k in range(pages)
@@ -331,8 +334,13 @@ def test_pages_batched_together_equal_pages_one_at_a_time(
         blocks = [p for p in progress[k] if p[2] == "block"]
         total = count(single, "model_blocks")
         assert blocks[0] == (0, total, "block") and blocks[-1] == (total, total, "block")
-    # Layout steps of several pages shared calls; all in fewer generate() calls.
+    # Layout steps of several pages shared calls; all in fewer generate() calls. Only the
+    # lowest page's layout starts its blocks early: another page's would hold it back.
     assert max(calls.layout_rows()) >= 3, calls.prompts
+    assert all(
+        early == (1 if layouts else 0)
+        for early, layouts in zip(calls.early, calls.layout_rows(), strict=True)
+    ), (calls.early, calls.layout_rows())
     assert len(calls.prompts) < alone_calls
     # The document really had pages ending at different lengths and rows at different
     # steps (some capped, some not), and each page its own blocks.

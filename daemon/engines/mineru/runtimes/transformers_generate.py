@@ -39,7 +39,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol, cast
 
 from daemon.engines.mineru.runtimes.base import (
@@ -482,6 +482,16 @@ class PageBatcher:
 
         try:
             requests = [r.request for r in batch]
+            lowest = min(r.step.page for r in batch)
+            if any(r.step.page != lowest for r in batch):
+                # Rows a row asks for (the layout's early blocks) ride along for the lowest
+                # page only: the call ends when they do, so other pages' blocks started here
+                # would hold the lowest page back (pages are committed in order). Its blocks
+                # done in this call, the next is the next page's, as it would have been.
+                requests = [
+                    r.request if r.step.page == lowest else replace(r.request, early=None)
+                    for r in batch
+                ]
             results = self.run_model(lambda: self.generator.generate(requests, done))
         except BaseException as exc:
             if not isinstance(exc, Exception):  # interrupted: nobody gets a result
