@@ -61,7 +61,6 @@ class EarlyBlocks:
         self.jobs = jobs
         self.parsed_to = 0  # characters of layout text already turned into requests
         self.started: dict[BlockKey, _Started] = {}
-        self.used = 0  # early answers the block step took
 
     def poll(self, text: str, tokens: int, final: bool) -> list[GenRequest]:
         end = len(text) if final else text.rfind(BOX_START)
@@ -94,7 +93,6 @@ class EarlyBlocks:
             return None
         if not same_request(started.request, request):
             return None
-        self.used += 1
         return started.prediction
 
 

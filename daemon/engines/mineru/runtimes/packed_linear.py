@@ -55,6 +55,15 @@ def packed_linear(
     return out
 
 
+def packed_forward(
+    x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """`F.linear(x, weight, bias)` for any leading dimensions, in and out in x's dtype."""
+    rows = x.reshape(-1, int(packed.shape[1])).to(packed.dtype)
+    y = packed_linear(rows, packed, bias)
+    return y.to(x.dtype).reshape(*x.shape[:-1], int(packed.shape[0]))
+
+
 class PackedLinear(nn.Module):
     """Drop-in for a bf16 nn.Linear, its weight held only in oneDNN's blocked layout.
 
@@ -77,9 +86,7 @@ class PackedLinear(nn.Module):
         return self.packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(self.packed.dtype)
-        y = packed_linear(rows, self.packed, self.bias)
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        return packed_forward(x, self.packed, self.bias)
 
     def extra_repr(self) -> str:
         return (
@@ -130,9 +137,7 @@ class FusedPart(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         group = self.group
         if self.part == 0:
-            rows = x.reshape(-1, self.in_features).to(group.packed.dtype)
-            out = packed_linear(rows, group.packed, group.bias).to(x.dtype)
-            out = out.reshape(*x.shape[:-1], int(group.packed.shape[0]))
+            out = packed_forward(x, group.packed, group.bias)
             group.input, group.parts = x, list(torch.split(out, group.widths, dim=-1))
             group.taken = 1
             return group.parts[0]
